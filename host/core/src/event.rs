@@ -87,3 +87,118 @@ impl FailureCategory {
         matches!(self, FailureCategory::Declined)
     }
 }
+
+/// A classified failure: the category drives decisions, the PSP's code and
+/// message are kept for the audit history. Never carries secrets or card data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Failure {
+    pub category: FailureCategory,
+    pub code: String,
+    pub message: String,
+}
+
+/// One normalised payment event (the host-side twin of the WIT `payment-event`).
+///
+/// Every state change of every aggregate is the decision about one of these.
+/// Sync responses and queries come from the adapter's `parse-response`,
+/// webhooks from `handle-webhook`, transport failures are built by the host
+/// itself (kind `RESULT_UNKNOWN`, evidence `sync_response`), and operator
+/// corrections are built by the admin API with evidence `operator`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentEvent {
+    pub kind: EventKind,
+    pub evidence: EvidenceSource,
+    /// The host's attempt reference, when the PSP echoed it.
+    pub attempt_reference: Option<String>,
+    /// The host's capture or refund reference, for capture and refund events.
+    pub action_reference: Option<String>,
+    /// The PSP's id of the object the event is about (payment, refund or capture).
+    pub psp_reference: Option<String>,
+    /// For refund, capture and chargeback events: the PSP's id of the payment.
+    pub psp_payment_reference: Option<String>,
+    pub amount: Option<crate::Money>,
+    /// The PSP's unique id of this notification (webhooks only).
+    pub provider_event_id: Option<String>,
+    /// The PSP's own status text, verbatim, for the audit history.
+    pub raw_status: String,
+    pub failure: Option<Failure>,
+    /// For `CUSTOMER_ACTION_REQUIRED`: where the customer must go.
+    pub next_action_url: Option<String>,
+}
+
+impl PaymentEvent {
+    /// An event with only a kind and an evidence source; the rest is filled in
+    /// with struct-update syntax where needed.
+    pub fn new(kind: EventKind, evidence: EvidenceSource) -> Self {
+        PaymentEvent {
+            kind,
+            evidence,
+            attempt_reference: None,
+            action_reference: None,
+            psp_reference: None,
+            psp_payment_reference: None,
+            amount: None,
+            provider_event_id: None,
+            raw_status: String::new(),
+            failure: None,
+            next_action_url: None,
+        }
+    }
+
+    /// Whether a failure kind is a definitive one. A failure event whose
+    /// category leaves the outcome open (retryable, conflict, ...) proves
+    /// nothing about the money, so the core treats it as "unknown". Operator
+    /// evidence is a controlled, approved correction and is always definitive.
+    pub fn failure_is_definitive(&self) -> bool {
+        self.evidence == EvidenceSource::Operator
+            || self
+                .failure
+                .as_ref()
+                .is_none_or(|failure| failure.category.is_definitive())
+    }
+}
+
+/// What the store remembers about the last event an aggregate accepted, so a
+/// re-delivery is recognised as a duplicate even when the PSP gives it a new
+/// notification id (seed 001 §5, the two layers of idempotency).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventIdentity {
+    /// Transport-level identity: the PSP's notification id, when it has one.
+    pub provider_event_id: Option<String>,
+    /// Business-level identity: kind + PSP reference + normalised result
+    /// (amount and failure code), e.g. `PAYMENT_SUCCEEDED|pi_1|EUR 1000|-`.
+    pub business_key: String,
+}
+
+impl EventIdentity {
+    pub fn of(event: &PaymentEvent) -> Self {
+        let amount = event
+            .amount
+            .map(|m| format!("{} {}", m.currency, m.amount_minor))
+            .unwrap_or_else(|| "-".to_owned());
+        let failure = event
+            .failure
+            .as_ref()
+            .map(|f| f.code.as_str())
+            .unwrap_or("-");
+        EventIdentity {
+            provider_event_id: event.provider_event_id.clone(),
+            business_key: format!(
+                "{}|{}|{}|{}",
+                event.kind,
+                event.psp_reference.as_deref().unwrap_or("-"),
+                amount,
+                failure
+            ),
+        }
+    }
+
+    /// Same notification, or the same fact told again.
+    pub fn same_as(&self, other: &EventIdentity) -> bool {
+        let same_notification = matches!(
+            (&self.provider_event_id, &other.provider_event_id),
+            (Some(a), Some(b)) if a == b
+        );
+        same_notification || self.business_key == other.business_key
+    }
+}

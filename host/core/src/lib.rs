@@ -1,13 +1,74 @@
 //! Sluice's pure payment core.
 //!
 //! Everything here is deterministic: no IO, no clock, no randomness, no async.
-//! Callers pass in a snapshot, an event and (where time matters) `now`, and get
-//! back a decision. The store applies decisions through its one door.
+//! Callers pass in a snapshot and a normalised event (or a command) and get
+//! back a [`Decision`]; anything time-dependent (deadlines, expiry) is decided
+//! by the caller and arrives as a command.
+//!
+//! # Where things live
+//!
+//! - [`matrix`]: the transition matrices **as data**: [`matrix::ATTEMPT_MATRIX`],
+//!   [`matrix::REFUND_MATRIX`], [`matrix::CAPTURE_MATRIX`], one commented row
+//!   per rule, to be audited against seed 001 §3. Its module doc lists where
+//!   and why they go beyond the seed's table.
+//! - [`decide`]: `decide_attempt`, `decide_refund`, `decide_capture` (the
+//!   steps every decision follows) and [`decide::ORDER_MIRROR`], the table of
+//!   how the order follows its current attempt.
+//! - [`command`]: order commands (`StartAttempt`, `Cancel`, `Expire`,
+//!   `GiveUp`) and the capture / refund / void requests with their amount
+//!   reservations.
+//! - [`amounts`]: the payment's amount summary and its invariants.
+//! - [`projection`]: what a client is told.
+//!
+//! # The one-door rule
+//!
+//! Nothing in Sluice changes a state except the store applying a decision
+//! from this crate, inside one transaction: inbox dedupe → read snapshot →
+//! `decide_*` → CAS on version(s) → append history → apply the effects
+//! (amount movements, outbox events, query schedule) → commit. A decision
+//! whose `cascade` names the order, or whose effects move money
+//! ([`Effect::moves_money`]), also CASes the order row (its version guards the
+//! amounts). A CAS that misses means "re-read and decide again", never "retry
+//! the write". This crate never performs an effect itself.
+//!
+//! # Key choices
+//!
+//! - UNKNOWN lives only on attempts, refunds and captures; the order stays
+//!   PROCESSING. UNKNOWN is left only on verified (webhook, query) or operator
+//!   evidence.
+//! - An attempt's FAILED is not the order's: the order stays PROCESSING, open
+//!   for a new attempt, until the orchestrator sends `GiveUp` (→ FAILED),
+//!   `Cancel` or `Expire`. A new attempt is allowed only when the latest one
+//!   is FAILED or CANCELED, never while one is UNKNOWN.
+//! - Terminal states are never left. Contradicting evidence (a success after
+//!   a definitive failure, or the reverse) is `NeedsReconciliation`, never
+//!   last-writer-wins; an operator cannot overwrite a terminal state either.
+//! - Payment succeeded ≠ settled; a succeeded refund never touches the
+//!   payment's state, only the amounts.
 
+pub mod amounts;
+pub mod command;
+pub mod decide;
+pub mod decision;
 pub mod event;
+pub mod matrix;
 pub mod money;
+pub mod projection;
+pub mod snapshot;
 pub mod state;
 
-pub use event::{EventKind, EvidenceSource, FailureCategory};
+pub use amounts::{AmountError, Amounts};
+pub use command::{
+    cancel_unsent_refund, decide_order, request_capture, request_refund, request_void,
+    OrderCommand, RequestRefused,
+};
+pub use decide::{decide_attempt, decide_capture, decide_refund, order_after};
+pub use decision::{
+    Aggregate, Cascade, Decision, Effect, IgnoreReason, OutboxEvent, ReconciliationReason,
+    RejectReason,
+};
+pub use event::{EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
 pub use money::{Currency, Money, MoneyError};
+pub use projection::{client_status, refund_client_status, ClientStatus, PaymentView};
+pub use snapshot::{AttemptSnapshot, CaptureMode, CaptureSnapshot, OrderSnapshot, RefundSnapshot};
 pub use state::{AttemptState, CaptureState, OrderState, RefundState};

@@ -127,6 +127,13 @@ impl Money {
     }
 }
 
+impl fmt::Display for Money {
+    /// `EUR 1000` (minor units): exact, never a float.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.currency, self.amount_minor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
