@@ -57,6 +57,29 @@ impl Lifecycle for OrderState {
     }
 }
 
+/// Which aggregate an event is decided on.
+///
+/// Refund kinds go to the refund named by `action_reference` (or, failing
+/// that, by `psp_reference`). In manual capture, capture results and any
+/// progress that carries an `action_reference` go to that capture; a capture
+/// result without one must be matched by the store to the capture in flight
+/// (by PSP reference), never guessed. Everything else goes to the attempt.
+pub fn route_event(event: &PaymentEvent, mode: CaptureMode) -> Aggregate {
+    use EventKind as K;
+    match event.kind {
+        K::RefundProcessing | K::RefundSucceeded | K::RefundFailed | K::RefundUnknown => {
+            Aggregate::Refund
+        }
+        K::PaymentCaptured | K::CaptureFailed if mode == CaptureMode::Manual => Aggregate::Capture,
+        K::AttemptSubmitted | K::PaymentProcessing | K::ResultUnknown
+            if mode == CaptureMode::Manual && event.action_reference.is_some() =>
+        {
+            Aggregate::Capture
+        }
+        _ => Aggregate::Attempt,
+    }
+}
+
 /// The kind an attempt decides on, after normalisation.
 pub fn attempt_event_kind(mode: CaptureMode, event: &PaymentEvent) -> EventKind {
     use EventKind as K;

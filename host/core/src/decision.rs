@@ -73,6 +73,16 @@ impl<S> Decision<S> {
         }
     }
 
+    /// One line for the state history: the rule applied, or why not.
+    pub fn explain(&self) -> String {
+        match self {
+            Decision::Apply { rule, .. } => (*rule).to_owned(),
+            Decision::Ignore(reason) => reason.to_string(),
+            Decision::Reject(reason) => reason.to_string(),
+            Decision::NeedsReconciliation(reason) => reason.to_string(),
+        }
+    }
+
     /// A short stable label for history rows and metrics:
     /// `applied`, `ignored_duplicate`, `ignored_stale`, `rejected`, `needs_reconciliation`.
     pub fn label(&self) -> &'static str {

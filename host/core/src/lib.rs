@@ -62,7 +62,7 @@ pub use command::{
     cancel_unsent_refund, decide_order, request_capture, request_refund, request_void,
     OrderCommand, RequestRefused,
 };
-pub use decide::{decide_attempt, decide_capture, decide_refund, order_after};
+pub use decide::{decide_attempt, decide_capture, decide_refund, order_after, route_event};
 pub use decision::{
     Aggregate, Cascade, Decision, Effect, IgnoreReason, OutboxEvent, ReconciliationReason,
     RejectReason,

@@ -317,3 +317,51 @@ pub static CAPTURE_MATRIX: &[Row<CaptureState>] = {
         Row { from: &[C::Failed], kinds: &[K::PaymentCaptured], evidence: ANY, outcome: Conflict, effects: &[], rule: "a success contradicts a definitive failure (the reservation is gone)" },
     ]
 };
+
+/// The evidence list of a row as text, for docs and the admin API.
+fn evidence_text(evidence: &[EvidenceSource]) -> String {
+    if evidence == ANY {
+        return "any".to_owned();
+    }
+    evidence
+        .iter()
+        .map(|e| e.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Render a matrix as a Markdown table (one line per row, in match order),
+/// so the audited table and the executed one are the same text.
+pub fn to_markdown<S: std::fmt::Display>(table: &[Row<S>]) -> String {
+    let mut out = String::from(
+        "| from | event | evidence | outcome | effects | rule |\n|---|---|---|---|---|---|\n",
+    );
+    for row in table {
+        let from: Vec<String> = row.from.iter().map(|s| s.to_string()).collect();
+        let kinds: Vec<&str> = row.kinds.iter().map(|k| k.as_str()).collect();
+        let outcome = match &row.outcome {
+            Outcome::To(state) => format!("→ {state}"),
+            Outcome::Duplicate => "ignore (duplicate)".to_owned(),
+            Outcome::Stale => "ignore (stale)".to_owned(),
+            Outcome::Conflict => "needs reconciliation".to_owned(),
+        };
+        let effects: Vec<String> = row
+            .effects
+            .iter()
+            .map(|fx| match fx {
+                Fx::Emit(event) => format!("emit {event}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            from.join(", "),
+            kinds.join(", "),
+            evidence_text(row.evidence),
+            outcome,
+            effects.join(", "),
+            row.rule
+        ));
+    }
+    out
+}

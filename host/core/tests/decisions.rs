@@ -502,3 +502,65 @@ fn only_rules_that_leave_a_terminal_state_in_place_start_from_one() {
         }
     }
 }
+
+#[test]
+fn events_are_routed_to_the_aggregate_they_are_about() {
+    let with_action = |kind| PaymentEvent {
+        action_reference: Some("cap_1".into()),
+        ..event(kind, E::Webhook)
+    };
+    let table = [
+        (
+            event(K::RefundSucceeded, E::Webhook),
+            CaptureMode::Automatic,
+            Aggregate::Refund,
+        ),
+        (
+            event(K::RefundUnknown, E::SyncResponse),
+            CaptureMode::Manual,
+            Aggregate::Refund,
+        ),
+        (
+            event(K::PaymentCaptured, E::Webhook),
+            CaptureMode::Manual,
+            Aggregate::Capture,
+        ),
+        (
+            event(K::PaymentCaptured, E::Webhook),
+            CaptureMode::Automatic,
+            Aggregate::Attempt,
+        ),
+        (
+            with_action(K::ResultUnknown),
+            CaptureMode::Manual,
+            Aggregate::Capture,
+        ),
+        (
+            event(K::ResultUnknown, E::SyncResponse),
+            CaptureMode::Manual,
+            Aggregate::Attempt,
+        ),
+        (
+            event(K::PaymentSucceeded, E::Webhook),
+            CaptureMode::Manual,
+            Aggregate::Attempt,
+        ),
+        (
+            event(K::Chargeback, E::Webhook),
+            CaptureMode::Manual,
+            Aggregate::Attempt,
+        ),
+    ];
+    for (ev, mode, expected) in table {
+        assert_eq!(route_event(&ev, mode), expected, "{} in {mode:?}", ev.kind);
+    }
+}
+
+#[test]
+fn the_rendered_matrix_lists_every_row_in_match_order() {
+    let text = matrix::to_markdown(matrix::ATTEMPT_MATRIX);
+    assert_eq!(text.lines().count(), matrix::ATTEMPT_MATRIX.len() + 2);
+    assert!(text.contains(
+        "| UNKNOWN | PAYMENT_SUCCEEDED | webhook, query, operator | → SUCCEEDED | RecordSale, emit payment.succeeded | verified success resolves UNKNOWN |"
+    ));
+}
