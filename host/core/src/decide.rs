@@ -180,17 +180,17 @@ fn screen<S: Lifecycle, T>(
     })
 }
 
-/// A row that names no new state ends here.
-fn non_apply<S: Lifecycle, T>(
+/// The row's new state, or the decision for a row that names none.
+fn target_state<S: Lifecycle, T>(
     subject: &Subject<'_, S>,
     kind: EventKind,
     outcome: Outcome<S>,
-) -> Option<Decision<T>> {
+) -> Result<S, Decision<T>> {
     match outcome {
-        Outcome::To(_) => None,
-        Outcome::Duplicate => Some(Decision::Ignore(IgnoreReason::Duplicate)),
-        Outcome::Stale => Some(Decision::Ignore(IgnoreReason::Stale)),
-        Outcome::Conflict => Some(Decision::NeedsReconciliation(
+        Outcome::To(state) => Ok(state),
+        Outcome::Duplicate => Err(Decision::Ignore(IgnoreReason::Duplicate)),
+        Outcome::Stale => Err(Decision::Ignore(IgnoreReason::Stale)),
+        Outcome::Conflict => Err(Decision::NeedsReconciliation(
             ReconciliationReason::Contradiction {
                 aggregate: subject.aggregate,
                 current: subject.state.name(),
@@ -285,16 +285,9 @@ pub fn decide_attempt(
         Ok(row) => row,
         Err(decision) => return decision,
     };
-    if let Some(decision) = non_apply(&subject, kind, row.outcome) {
-        return decision;
-    }
-    let Outcome::To(new_state) = row.outcome else {
-        // `non_apply` returned None, so the outcome is `To`.
-        return Decision::Reject(RejectReason::NoRule {
-            aggregate: Aggregate::Attempt,
-            from: attempt.state.as_str(),
-            kind,
-        });
+    let new_state = match target_state(&subject, kind, row.outcome) {
+        Ok(state) => state,
+        Err(decision) => return decision,
     };
     let requires_action = new_state == AttemptState::RequiresAction;
     let effects = match effects_for(&subject, row, requires_action, event, order.amounts) {
@@ -344,15 +337,9 @@ pub fn decide_refund(
         Ok(row) => row,
         Err(decision) => return decision,
     };
-    if let Some(decision) = non_apply(&subject, kind, row.outcome) {
-        return decision;
-    }
-    let Outcome::To(new_state) = row.outcome else {
-        return Decision::Reject(RejectReason::NoRule {
-            aggregate: Aggregate::Refund,
-            from: refund.state.as_str(),
-            kind,
-        });
+    let new_state = match target_state(&subject, kind, row.outcome) {
+        Ok(state) => state,
+        Err(decision) => return decision,
     };
     match effects_for(&subject, row, false, event, order.amounts) {
         Ok(effects) => Decision::Apply {
@@ -394,15 +381,9 @@ pub fn decide_capture(
         Ok(row) => row,
         Err(decision) => return decision,
     };
-    if let Some(decision) = non_apply(&subject, kind, row.outcome) {
-        return decision;
-    }
-    let Outcome::To(new_state) = row.outcome else {
-        return Decision::Reject(RejectReason::NoRule {
-            aggregate: Aggregate::Capture,
-            from: capture.state.as_str(),
-            kind,
-        });
+    let new_state = match target_state(&subject, kind, row.outcome) {
+        Ok(state) => state,
+        Err(decision) => return decision,
     };
     let mut effects = match effects_for(&subject, row, false, event, order.amounts) {
         Ok(effects) => effects,
