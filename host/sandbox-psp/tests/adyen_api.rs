@@ -322,7 +322,9 @@ async fn an_adyen_key_reused_with_another_body_is_refused_with_error_704() {
 
 #[tokio::test]
 async fn an_adyen_key_in_flight_is_refused_with_a_transient_409() {
-    let sb = sandbox().await;
+    let mut config = fast_config();
+    config.slow_delay = Duration::from_millis(1500);
+    let sb = sandbox_with(config).await;
     let body = adyen_payment("att_a_inflight", "pm_sluice_slow", 1000, false);
     let url = format!("{}/v71/payments", sb.base_url_adyen());
     let first = {
@@ -341,7 +343,7 @@ async fn an_adyen_key_in_flight_is_refused_with_a_transient_409() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let second = adyen_post(&sb, "/v71/payments", Some("att_a_inflight"), &body).await;
     assert_eq!(second.status, 409, "{}", second.text);
     assert_eq!(second.json["errorCode"], "704");

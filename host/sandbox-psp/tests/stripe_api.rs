@@ -497,7 +497,11 @@ async fn the_same_idempotency_key_on_another_endpoint_is_an_idempotency_error() 
 
 #[tokio::test]
 async fn the_same_idempotency_key_while_the_first_request_is_in_flight_gets_409() {
-    let sb = sandbox().await;
+    // A long slow delay keeps the first request in flight well past the second's
+    // start, even on a loaded machine.
+    let mut config = fast_config();
+    config.slow_delay = Duration::from_millis(1500);
+    let sb = sandbox_with(config).await;
     let form = pi_form("att_inflight", "pm_sluice_slow", "900", "automatic");
     let slow = {
         let url = format!("{}/v1/payment_intents", sb.base_url_stripe());
@@ -519,7 +523,7 @@ async fn the_same_idempotency_key_while_the_first_request_is_in_flight_gets_409(
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let second = stripe_post(&sb, "/v1/payment_intents", Some("att_inflight"), &form).await;
     assert_eq!(second.status, 409, "{}", second.text);
     assert_eq!(second.json["error"]["code"], "idempotency_key_in_use");
@@ -737,4 +741,22 @@ async fn unknown_urls_answer_a_stripe_shaped_404() {
     let r = stripe_get(&sb, "/v1/customers").await;
     assert_eq!(r.status, 404);
     assert_eq!(r.json["error"]["type"], "invalid_request_error");
+}
+
+#[tokio::test]
+async fn with_per_endpoint_scope_one_key_may_serve_create_and_cancel() {
+    let mut config = fast_config();
+    config.idempotency_scope = sluice_sandbox_psp::IdempotencyScope::PerEndpoint;
+    let sb = sandbox_with(config).await;
+    let auth = stripe_create(&sb, "att_scope", "pm_card_visa", "900", "manual").await;
+    let id = auth.json["id"].as_str().unwrap_or_default();
+    let cancel = stripe_post(
+        &sb,
+        &format!("/v1/payment_intents/{id}/cancel"),
+        Some("att_scope"),
+        &[],
+    )
+    .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    assert_eq!(cancel.json["status"], "canceled");
 }
