@@ -1,0 +1,67 @@
+//! The wit-bindgen glue: backs [`Host`] with the component's host imports and forwards
+//! each export to the logic modules. Nothing here decides anything.
+
+use crate::bindings::exports::sluice::psp::adapter::Guest;
+use crate::bindings::sluice::psp::host::{self as imports, LogLevel};
+use crate::host::Host;
+use crate::types::{
+    AdapterInfo, Failure, HttpRequest, HttpResponse, OperationContext, PaymentEvent,
+    WebhookAcceptance, WebhookRejection, WebhookRequest,
+};
+
+/// The host as seen through the component's imports.
+pub struct ImportedHost;
+
+impl Host for ImportedHost {
+    fn config(&self, key: &str) -> Option<String> {
+        imports::get_config(key)
+    }
+
+    fn secret(&self, key: &str) -> Option<String> {
+        imports::get_secret(key)
+    }
+
+    fn now_unix_millis(&self) -> i64 {
+        imports::now_unix_millis()
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        imports::log(level, message)
+    }
+}
+
+/// The exported adapter.
+pub struct AdyenAdapter;
+
+impl Guest for AdyenAdapter {
+    fn describe() -> AdapterInfo {
+        crate::describe()
+    }
+
+    fn build_request(context: OperationContext) -> Result<HttpRequest, Failure> {
+        crate::request::build_request(&ImportedHost, &context)
+    }
+
+    fn parse_response(
+        context: OperationContext,
+        response: HttpResponse,
+    ) -> Result<Vec<PaymentEvent>, Failure> {
+        crate::response::parse_response(&context, &response)
+    }
+
+    fn handle_webhook(request: WebhookRequest) -> Result<WebhookAcceptance, WebhookRejection> {
+        let result = crate::notification::handle_webhook(&ImportedHost, &request);
+        if let Err(rejection) = &result {
+            imports::log(
+                LogLevel::Info,
+                &format!("notification refused: {rejection:?}"),
+            );
+        }
+        result
+    }
+}
+
+// Only the wasm build exports the contract's symbols: native builds of several adapter
+// rlibs linked into one binary would otherwise clash on identical export names.
+#[cfg(target_arch = "wasm32")]
+crate::bindings::export!(AdyenAdapter with_types_in crate::bindings);

@@ -1,0 +1,210 @@
+//! build-request: exact method, URL, headers and JSON body for every operation.
+
+mod common;
+
+use common::*;
+use sluice_adapter_adyen::request::build_request;
+use sluice_adapter_adyen::types::{FailureCategory, Header, HttpRequest, Operation};
+
+const BASE: &str = "http://127.0.0.1:9000/adyen";
+
+fn post(path: &str, key: &str, body: &str) -> HttpRequest {
+    HttpRequest {
+        method: "POST".into(),
+        url: format!("{BASE}{path}"),
+        headers: vec![
+            Header {
+                name: "X-API-Key".into(),
+                value: API_KEY.into(),
+            },
+            Header {
+                name: "Content-Type".into(),
+                value: "application/json".into(),
+            },
+            Header {
+                name: "Idempotency-Key".into(),
+                value: key.into(),
+            },
+        ],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn build(op: Operation) -> HttpRequest {
+    build_request(&TestHost::configured(), &ctx(op)).expect("request builds")
+}
+
+const AUTHORIZE_BODY: &str = concat!(
+    r#"{"amount":{"currency":"EUR","value":2000},"reference":"att_7f3c2a","#,
+    r#""merchantAccount":"SluiceTestECOM","#,
+    r#""paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"#,
+    r#""returnUrl":"https://shop.example/return","merchantOrderReference":"order-1001","#,
+    r#""additionalData":{"manualCapture":"true"}}"#
+);
+
+#[test]
+fn authorize_posts_a_manual_capture_payment_keyed_by_the_attempt() {
+    assert_eq!(
+        build(Operation::Authorize),
+        post("/v71/payments", ATTEMPT, AUTHORIZE_BODY)
+    );
+}
+
+#[test]
+fn sale_posts_the_same_payment_without_manual_capture() {
+    let mut context = ctx(Operation::Sale);
+    context.return_url = None;
+    assert_eq!(
+        build_request(&TestHost::configured(), &context).unwrap(),
+        post(
+            "/v71/payments",
+            ATTEMPT,
+            concat!(
+                r#"{"amount":{"currency":"EUR","value":2000},"reference":"att_7f3c2a","#,
+                r#""merchantAccount":"SluiceTestECOM","#,
+                r#""paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"#,
+                r#""merchantOrderReference":"order-1001"}"#
+            )
+        )
+    );
+}
+
+#[test]
+fn query_payment_replays_the_authorization_with_the_attempts_key() {
+    assert_eq!(
+        build(Operation::QueryPayment),
+        post("/v71/payments", ATTEMPT, AUTHORIZE_BODY)
+    );
+}
+
+#[test]
+fn capture_posts_to_the_payments_captures_keyed_by_the_capture_reference() {
+    assert_eq!(
+        build(Operation::Capture),
+        post(
+            &format!("/v71/payments/{PSP}/captures"),
+            "cap_91b0",
+            r#"{"merchantAccount":"SluiceTestECOM","amount":{"currency":"EUR","value":1500},"reference":"cap_91b0"}"#
+        )
+    );
+}
+
+#[test]
+fn void_posts_to_cancels_with_its_own_key() {
+    assert_eq!(
+        build(Operation::Void),
+        post(
+            &format!("/v71/payments/{PSP}/cancels"),
+            "att_7f3c2a:void",
+            r#"{"merchantAccount":"SluiceTestECOM","reference":"att_7f3c2a"}"#
+        )
+    );
+}
+
+#[test]
+fn refund_and_query_refund_post_the_same_refund_keyed_by_the_refund_reference() {
+    let expected = post(
+        &format!("/v71/payments/{PSP}/refunds"),
+        "rf_55d1",
+        r#"{"merchantAccount":"SluiceTestECOM","amount":{"currency":"EUR","value":500},"reference":"rf_55d1"}"#,
+    );
+    assert_eq!(build(Operation::Refund), expected);
+    assert_eq!(build(Operation::QueryRefund), expected);
+}
+
+#[test]
+fn a_missing_setting_is_a_configuration_failure() {
+    for (host, key) in [
+        (
+            TestHost::configured().without_config("base_url"),
+            "base_url",
+        ),
+        (
+            TestHost::configured().without_config("merchant_account"),
+            "merchant_account",
+        ),
+        (TestHost::configured().without_secret("api_key"), "api_key"),
+    ] {
+        let failure = build_request(&host, &ctx(Operation::Authorize)).unwrap_err();
+        assert_eq!(failure.category, FailureCategory::Configuration, "{key}");
+        assert!(failure.message.contains(key), "{key}");
+    }
+}
+
+#[test]
+fn modifications_need_the_psp_reference_and_captures_and_refunds_their_own_reference() {
+    for op in [Operation::Capture, Operation::Void, Operation::Refund] {
+        let mut context = ctx(op);
+        context.psp_payment_reference = None;
+        assert_eq!(
+            build_request(&TestHost::configured(), &context)
+                .unwrap_err()
+                .code,
+            "psp_payment_reference_required",
+            "{op:?}"
+        );
+    }
+    for op in [
+        Operation::Capture,
+        Operation::Refund,
+        Operation::QueryRefund,
+    ] {
+        let mut context = ctx(op);
+        context.action_reference = None;
+        assert_eq!(
+            build_request(&TestHost::configured(), &context)
+                .unwrap_err()
+                .code,
+            "action_reference_required",
+            "{op:?}"
+        );
+    }
+}
+
+#[test]
+fn an_idempotency_key_longer_than_adyen_accepts_is_refused() {
+    let mut context = ctx(Operation::Void);
+    context.attempt_reference = "a".repeat(60);
+    let failure = build_request(&TestHost::configured(), &context).unwrap_err();
+    assert_eq!(failure.category, FailureCategory::Unsupported);
+    assert_eq!(failure.code, "idempotency_key_too_long");
+}
+
+#[test]
+fn a_psp_reference_cannot_escape_its_path_segment() {
+    let mut context = ctx(Operation::Refund);
+    context.psp_payment_reference = Some("X/../../payments".into());
+    assert_eq!(
+        build_request(&TestHost::configured(), &context)
+            .unwrap()
+            .url,
+        format!("{BASE}/v71/payments/X%2F..%2F..%2Fpayments/refunds")
+    );
+    context.psp_payment_reference = Some("..".into());
+    assert_eq!(
+        build_request(&TestHost::configured(), &context)
+            .unwrap_err()
+            .code,
+        "invalid_psp_reference"
+    );
+}
+
+#[test]
+fn a_payment_without_token_or_with_a_bad_amount_is_refused_before_any_call() {
+    let mut context = ctx(Operation::Sale);
+    context.payment_method_token = None;
+    assert_eq!(
+        build_request(&TestHost::configured(), &context)
+            .unwrap_err()
+            .code,
+        "payment_method_required"
+    );
+    let mut context = ctx(Operation::Sale);
+    context.amount.amount_minor = -5;
+    assert_eq!(
+        build_request(&TestHost::configured(), &context)
+            .unwrap_err()
+            .code,
+        "invalid_amount"
+    );
+}
