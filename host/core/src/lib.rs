@@ -19,6 +19,8 @@
 //!   reservations.
 //! - [`amounts`]: the payment's amount summary and its invariants.
 //! - [`projection`]: what a client is told.
+//! - [`fulfillment`]: the fulfillment lifecycle of a payment that buys a
+//!   business goal (issue 7): attribution, deadline, compensation refund.
 //!
 //! # The one-door rule
 //!
@@ -51,6 +53,7 @@ pub mod command;
 pub mod decide;
 pub mod decision;
 pub mod event;
+pub mod fulfillment;
 pub mod matrix;
 pub mod money;
 pub mod projection;
@@ -68,6 +71,13 @@ pub use decision::{
     RejectReason,
 };
 pub use event::{EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
+pub use fulfillment::{
+    compensation_refund_reference, decide_fulfillment, BusinessFact, Compensation,
+    CompensationReason, CompensationRefundOutcome, FactReading, FulfillmentDecision,
+    FulfillmentEffect, FulfillmentEvent, FulfillmentInput, FulfillmentMode, FulfillmentPolicy,
+    FulfillmentRefusal, FulfillmentSnapshot, FulfillmentState, NoAnswer, OperatorResolution,
+    ReviewReason,
+};
 pub use money::{Currency, Money, MoneyError};
 pub use projection::{client_status, refund_client_status, ClientStatus, PaymentView};
 pub use snapshot::{AttemptSnapshot, CaptureMode, CaptureSnapshot, OrderSnapshot, RefundSnapshot};
