@@ -21,6 +21,8 @@
 //! - [`projection`]: what a client is told.
 //! - [`fulfillment`]: the fulfillment lifecycle of a payment that buys a
 //!   business goal (issue 7): attribution, deadline, compensation refund.
+//! - [`recovery`]: what the recovery scanner does with a pending attempt,
+//!   refund or capture (issue 6), and the outbox redelivery schedule.
 //!
 //! # The one-door rule
 //!
@@ -57,6 +59,7 @@ pub mod fulfillment;
 pub mod matrix;
 pub mod money;
 pub mod projection;
+pub mod recovery;
 pub mod snapshot;
 pub mod state;
 
@@ -80,5 +83,9 @@ pub use fulfillment::{
 };
 pub use money::{Currency, Money, MoneyError};
 pub use projection::{client_status, refund_client_status, ClientStatus, PaymentView};
+pub use recovery::{
+    decide_recovery, outbox_retry_delay, OutboxRetryPolicy, PendingItem, PendingState,
+    RecoveryAction, RecoveryPolicy,
+};
 pub use snapshot::{AttemptSnapshot, CaptureMode, CaptureSnapshot, OrderSnapshot, RefundSnapshot};
 pub use state::{AttemptState, CaptureState, OrderState, RefundState};
