@@ -1,1 +1,198 @@
-//! placeholder
+//! Sluice's durable store: the one transactional door for every state change.
+//!
+//! Two backends, one behaviour: SQLite (embedded default, a file under
+//! `./data/`, WAL, foreign keys on, busy timeout) and PostgreSQL (production,
+//! multi-instance). Both are driven through sqlx's `Any` driver with the same
+//! SQL text (`$n` placeholders, BIGINT millis and minor units, TEXT JSON);
+//! only the migrations (identity columns, trigger syntax) and a couple of
+//! locking hints differ per backend.
+//!
+//! The one-door rule: aggregate states (orders, attempts, captures, refunds)
+//! change only inside [`Store::apply_event`] (and the creation/reservation
+//! functions that insert new aggregates). Each runs in one transaction:
+//! inbox dedupe → read snapshot → pure core decides → CAS on version →
+//! append history (for every decision, applied or not) → write outbox.
+
+mod clock;
+mod db;
+mod door;
+mod error;
+mod ids;
+
+pub mod history;
+pub mod idempotency;
+pub mod inbox;
+pub mod merchants;
+pub mod outbox;
+pub mod payments;
+pub mod reserve;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use door::{Applied, ApplyEvent, DecisionKind, EventTarget, MAX_CAS_TRIES};
+pub use error::StoreError;
+pub use history::{AdapterIdentity, HistoryEntry, Provenance};
+pub use idempotency::{IdempotencyBegin, IdempotencyRecord};
+pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
+pub use merchants::{
+    ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, IssuedApiKey, Merchant,
+    NewConnectorAccount,
+};
+pub use outbox::OutboxMessage;
+pub use payments::{
+    Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts, PaymentAttempt,
+    PaymentDetails, PaymentOrder, Refund, Rescheduled, ScanCursor,
+};
+pub use reserve::{CaptureRequest, RefundRequest, Reservation};
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// Pick the backend from a database URL.
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else {
+            Err(StoreError::Config(
+                "database URL must start with sqlite: or postgres://".into(),
+            ))
+        }
+    }
+}
+
+/// The default embedded database: a SQLite file under `./data/`.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/sluice.db";
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    /// How long a writer waits for SQLite's write lock before giving up.
+    pub sqlite_busy_timeout: Duration,
+    pub acquire_timeout: Duration,
+    pub clock: Arc<dyn Clock>,
+    /// How soon an UNKNOWN outcome is first queried when the caller gives no time.
+    pub first_query_delay: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 8,
+            sqlite_busy_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(15),
+            clock: Arc::new(SystemClock),
+            first_query_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A handle on the database. Cheap to clone; all clones share one pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    clock: Arc<dyn Clock>,
+    query_delay_ms: i64,
+}
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+impl Store {
+    /// Open a store with default options. Does not migrate; call [`Store::migrate`].
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        Store::connect_with(url, StoreOptions::default()).await
+    }
+
+    /// Open a store. For SQLite the file (and its directory) is created when
+    /// missing and switched to WAL.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let url = match backend {
+            Backend::Sqlite => db::prepare_sqlite_url(url)?,
+            Backend::Postgres => url.to_owned(),
+        };
+        let busy_ms = options.sqlite_busy_timeout.as_millis();
+        let pool = AnyPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if conn.backend_name().eq_ignore_ascii_case("sqlite") {
+                        db::sqlite_session_pragmas(conn, busy_ms).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        if backend == Backend::Sqlite {
+            // Persistent in the file; setting it once needs a moment of exclusivity,
+            // which is why it is not part of every connection's set-up.
+            let mode: AnyRow = sqlx::query("PRAGMA journal_mode = WAL")
+                .fetch_one(&pool)
+                .await?;
+            let mode: String = mode.try_get(0)?;
+            if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
+                return Err(StoreError::Config(format!(
+                    "SQLite refused WAL mode (journal_mode = {mode})"
+                )));
+            }
+        }
+        Ok(Store {
+            pool,
+            backend,
+            clock: options.clock,
+            query_delay_ms: i64::try_from(options.first_query_delay.as_millis())
+                .unwrap_or(i64::MAX),
+        })
+    }
+
+    /// Bring the schema up to date. Runs at start-up and from `sluice migrate`.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATOR,
+            Backend::Postgres => &POSTGRES_MIGRATOR,
+        };
+        migrator.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The underlying pool, for health checks and tests. Never change
+    /// aggregate state through it: that is what [`Store::apply_event`] is for.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Current time in unix milliseconds, from the store's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Cheap round trip for readiness probes.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,1470 @@
+//! The one door: every state change of an order, attempt, capture or refund
+//! is a decision of the pure core, applied here inside one transaction:
+//!
+//! 1. inbox dedupe (an inbox row already processed → ignored as duplicate);
+//! 2. read the snapshot: the order first (its version is the payment-wide
+//!    sequence every change bumps), then amounts and the aggregate;
+//! 3. the core decides;
+//! 4. CAS `WHERE id = ? AND version = ?` on the order and the aggregate(s);
+//!    amount effects as conditional updates;
+//! 5. append history, for every decision (applied, ignored, rejected,
+//!    needs-reconciliation), with its reason and evidence;
+//! 6. write the outbox rows the decision emits; mark the inbox row processed.
+//!
+//! A CAS that touches no row means someone else committed first: roll back,
+//! re-read and decide again, a bounded number of times.
+//!
+//! Ignored, rejected and needs-reconciliation decisions also "CAS" the order
+//! (a version-preserving update), so every recorded decision was taken on the
+//! state that was current when it committed.
+
+use crate::db::Tx;
+use crate::history::{self, NewHistory, Provenance};
+use crate::outbox::{self, NewOutboxEvent};
+use crate::payments::{
+    self, amounts_in, attempt_from, attempt_in, capture_from, capture_in, command_kind, order_in,
+    refund_from, refund_in, PaymentAmounts, PaymentAttempt, PaymentOrder, ATTEMPT_COLS,
+    CAPTURE_COLS, REFUND_COLS,
+};
+use crate::{Store, StoreError};
+use sluice_core::{
+    cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, route_event,
+    Aggregate, AttemptState, CaptureState, Decision, Effect, EventIdentity, EventKind,
+    IgnoreReason, OrderCommand, OrderState, OutboxEvent, PaymentEvent, RefundState,
+};
+use sqlx::Row;
+use std::time::Duration;
+
+/// How many times a decision is re-taken after losing a CAS race.
+pub const MAX_CAS_TRIES: u32 = 5;
+
+/// Which aggregate an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventTarget {
+    /// By the host's attempt reference (sync responses, queries, timeouts).
+    Attempt(String),
+    /// By the host's refund reference.
+    Refund(String),
+    /// By the host's capture reference.
+    Capture(String),
+    /// By the PSP's reference of the payment or refund, at this adapter.
+    PspReference {
+        adapter: String,
+        psp_reference: String,
+    },
+    /// From the references the event itself carries (webhooks): attempt
+    /// reference, action reference, PSP references, at this adapter.
+    FromEvent { adapter: String },
+}
+
+/// One event to put through the door.
+#[derive(Debug, Clone)]
+pub struct ApplyEvent {
+    pub target: EventTarget,
+    pub event: PaymentEvent,
+    pub provenance: Provenance,
+    /// The inbox row the event came from; marked processed in the same
+    /// transaction, and a row already processed makes the event a duplicate.
+    pub inbox_id: Option<String>,
+    /// When the recovery scanner should next look at the aggregate, if the
+    /// decision leaves it non-terminal (e.g. the timeout of a submitted call).
+    pub next_retry_time: Option<i64>,
+}
+
+/// The kind of decision taken, as recorded in history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionKind {
+    Applied,
+    IgnoredDuplicate,
+    IgnoredStale,
+    Rejected,
+    NeedsReconciliation,
+}
+
+impl DecisionKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DecisionKind::Applied => "applied",
+            DecisionKind::IgnoredDuplicate => "ignored_duplicate",
+            DecisionKind::IgnoredStale => "ignored_stale",
+            DecisionKind::Rejected => "rejected",
+            DecisionKind::NeedsReconciliation => "needs_reconciliation",
+        }
+    }
+}
+
+/// What the door did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub decision: DecisionKind,
+    /// The matrix rule applied, or why nothing changed.
+    pub reason: String,
+    pub payment_id: String,
+    pub aggregate: Aggregate,
+    pub aggregate_id: String,
+    pub from_state: String,
+    /// The aggregate's state after the decision.
+    pub to_state: String,
+    pub aggregate_version: i64,
+    pub payment_version: i64,
+    pub order_state: OrderState,
+    pub history_ids: Vec<i64>,
+    pub outbox_event_ids: Vec<String>,
+    /// 1 unless CAS races forced the decision to be re-taken.
+    pub tries: u32,
+}
+
+/// A state the store can write: its stored name and whether it is final.
+trait StoredState: Copy {
+    fn text(&self) -> &'static str;
+    fn terminal(&self) -> bool;
+}
+
+macro_rules! stored_state {
+    ($($t:ty),*) => {$(
+        impl StoredState for $t {
+            fn text(&self) -> &'static str { self.as_str() }
+            fn terminal(&self) -> bool { self.is_terminal() }
+        }
+    )*};
+}
+stored_state!(AttemptState, RefundState, CaptureState, OrderState);
+
+/// A core decision with its state type erased.
+#[derive(Debug, Clone)]
+struct Verdict {
+    kind: DecisionKind,
+    reason: String,
+    /// For `Applied`: the aggregate's new state and whether it is final.
+    new_state: Option<(&'static str, bool)>,
+    cascade_attempt: Option<AttemptState>,
+    cascade_order: Option<OrderState>,
+    effects: Vec<Effect>,
+}
+
+impl Verdict {
+    fn of<S: StoredState>(decision: Decision<S>) -> Verdict {
+        let reason = decision.explain();
+        let mut verdict = Verdict {
+            kind: DecisionKind::Rejected,
+            reason,
+            new_state: None,
+            cascade_attempt: None,
+            cascade_order: None,
+            effects: Vec::new(),
+        };
+        match decision {
+            Decision::Apply {
+                new_state,
+                cascade,
+                effects,
+                ..
+            } => {
+                verdict.kind = DecisionKind::Applied;
+                verdict.new_state = Some((new_state.text(), new_state.terminal()));
+                verdict.cascade_attempt = cascade.attempt;
+                verdict.cascade_order = cascade.order;
+                verdict.effects = effects;
+            }
+            Decision::Ignore(IgnoreReason::Duplicate) => {
+                verdict.kind = DecisionKind::IgnoredDuplicate
+            }
+            Decision::Ignore(IgnoreReason::Stale) => verdict.kind = DecisionKind::IgnoredStale,
+            Decision::Reject(_) => verdict.kind = DecisionKind::Rejected,
+            Decision::NeedsReconciliation(_) => verdict.kind = DecisionKind::NeedsReconciliation,
+        }
+        verdict
+    }
+
+    fn duplicate(reason: String) -> Verdict {
+        Verdict {
+            kind: DecisionKind::IgnoredDuplicate,
+            reason,
+            new_state: None,
+            cascade_attempt: None,
+            cascade_order: None,
+            effects: Vec::new(),
+        }
+    }
+
+    fn emits(&self) -> impl Iterator<Item = OutboxEvent> + '_ {
+        self.effects.iter().filter_map(|e| match e {
+            Effect::Emit(event) => Some(*event),
+            _ => None,
+        })
+    }
+}
+
+/// The aggregate a decision is about, as read in this try.
+#[derive(Debug, Clone)]
+struct Subject {
+    aggregate: Aggregate,
+    table: &'static str,
+    id: String,
+    state: &'static str,
+    version: i64,
+    reference: Option<String>,
+    psp_reference: Option<String>,
+    next_retry_time: Option<i64>,
+}
+
+/// What the decision was about, for history rows.
+#[derive(Debug, Clone, Copy)]
+enum Input<'a> {
+    Event(&'a PaymentEvent),
+    Command(&'static str),
+}
+
+/// Everything one try needs to carry a verdict out.
+struct Plan<'a> {
+    order: PaymentOrder,
+    amounts: PaymentAmounts,
+    subject: Subject,
+    /// The attempt a capture belongs to (for the capture → attempt cascade).
+    capture_attempt: Option<PaymentAttempt>,
+    verdict: Verdict,
+    input: Input<'a>,
+    provenance: &'a Provenance,
+    inbox_id: Option<&'a str>,
+    /// The inbox row was already processed: the verdict is that duplicate,
+    /// and there is nothing to mark.
+    inbox_done: bool,
+    next_retry_time: Option<i64>,
+}
+
+impl Plan<'_> {
+    /// The event's identity as stored on the aggregate and in history.
+    fn identity(&self) -> Option<EventIdentity> {
+        match self.input {
+            Input::Event(event) => Some(EventIdentity::of(event)),
+            Input::Command(_) => None,
+        }
+    }
+}
+
+/// The end of one try: done (commit), or lost a CAS race (roll back, re-decide).
+pub(crate) enum Step<T> {
+    Done(T),
+    Retry,
+}
+
+impl Store {
+    /// Apply one normalised event: the only way an attempt, capture or refund
+    /// (and through them the order and the amounts) changes state.
+    pub async fn apply_event(&self, input: &ApplyEvent) -> Result<Applied, StoreError> {
+        let span = tracing::info_span!(
+            "apply_event",
+            kind = %input.event.kind,
+            evidence = %input.event.evidence,
+            provider_event_id = input.event.provider_event_id.as_deref(),
+            inbox_id = input.inbox_id.as_deref(),
+            trace_id = input.provenance.trace_id.as_deref(),
+        );
+        let _guard = span.enter();
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            match self.apply_event_once(&mut tx, input).await? {
+                Step::Done(mut applied) => {
+                    tx.commit().await?;
+                    applied.tries = tries;
+                    log_applied(&applied);
+                    return Ok(applied);
+                }
+                Step::Retry => {
+                    tx.rollback().await?;
+                    cas_backoff(tries).await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "payment",
+            id: describe_target(&input.target),
+            tries: MAX_CAS_TRIES,
+        })
+    }
+
+    /// Apply an order command (`Cancel`, `Expire`, `GiveUp`) through the door.
+    /// New attempts are started with [`Store::create_attempt`].
+    pub async fn apply_order_command(
+        &self,
+        payment_id: &str,
+        command: OrderCommand,
+        provenance: &Provenance,
+    ) -> Result<Applied, StoreError> {
+        if command == OrderCommand::StartAttempt {
+            return Err(StoreError::Unapplicable(
+                "use create_attempt to start an attempt".into(),
+            ));
+        }
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            let order = order_in(&mut tx, payment_id).await?;
+            let amounts = amounts_in(&mut tx, payment_id).await?;
+            let latest = payments::latest_attempt_in(&mut tx, payment_id).await?;
+            let decision = decide_order(
+                &order.snapshot(&amounts)?,
+                latest.as_ref().map(|a| a.state),
+                command,
+            );
+            let subject = Subject {
+                aggregate: Aggregate::Order,
+                table: "payment_orders",
+                id: order.id.clone(),
+                state: order.state.as_str(),
+                version: order.version,
+                reference: None,
+                psp_reference: None,
+                next_retry_time: None,
+            };
+            let mut verdict = Verdict::of(decision);
+            // For the order itself the "cascade" is its own new state.
+            if let Some((state, _)) = verdict.new_state {
+                verdict.cascade_order = OrderState::parse(state);
+            }
+            let plan = Plan {
+                order,
+                amounts,
+                subject,
+                capture_attempt: None,
+                verdict,
+                input: Input::Command(command_kind(command)),
+                provenance,
+                inbox_id: None,
+                inbox_done: false,
+                next_retry_time: None,
+            };
+            match self.carry_out(&mut tx, plan).await? {
+                Step::Done(mut applied) => {
+                    tx.commit().await?;
+                    applied.tries = tries;
+                    log_applied(&applied);
+                    return Ok(applied);
+                }
+                Step::Retry => {
+                    tx.rollback().await?;
+                    cas_backoff(tries).await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "order",
+            id: payment_id.to_owned(),
+            tries: MAX_CAS_TRIES,
+        })
+    }
+
+    /// Cancel a refund that was never sent to the PSP, releasing its
+    /// reservation. Only for refunds the caller knows did not leave.
+    pub async fn cancel_unsent_refund(
+        &self,
+        refund_reference: &str,
+        provenance: &Provenance,
+    ) -> Result<Applied, StoreError> {
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            let refund_id = find_id(&mut tx, "refunds", "reference", refund_reference)
+                .await?
+                .ok_or_else(|| StoreError::not_found("refund", refund_reference))?;
+            let payment_id = payment_of(&mut tx, "refunds", &refund_id).await?;
+            let order = order_in(&mut tx, &payment_id).await?;
+            let amounts = amounts_in(&mut tx, &payment_id).await?;
+            let refund = refund_in(&mut tx, &refund_id).await?;
+            let verdict = Verdict::of(cancel_unsent_refund(&refund.snapshot()));
+            let plan = Plan {
+                order,
+                amounts,
+                subject: Subject {
+                    aggregate: Aggregate::Refund,
+                    table: "refunds",
+                    id: refund.id.clone(),
+                    state: refund.state.as_str(),
+                    version: refund.version,
+                    reference: Some(refund.reference.clone()),
+                    psp_reference: refund.psp_reference.clone(),
+                    next_retry_time: refund.next_retry_time,
+                },
+                capture_attempt: None,
+                verdict,
+                input: Input::Command("COMMAND_CANCEL_UNSENT_REFUND"),
+                provenance,
+                inbox_id: None,
+                inbox_done: false,
+                next_retry_time: None,
+            };
+            match self.carry_out(&mut tx, plan).await? {
+                Step::Done(mut applied) => {
+                    tx.commit().await?;
+                    applied.tries = tries;
+                    log_applied(&applied);
+                    return Ok(applied);
+                }
+                Step::Retry => {
+                    tx.rollback().await?;
+                    cas_backoff(tries).await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "refund",
+            id: refund_reference.to_owned(),
+            tries: MAX_CAS_TRIES,
+        })
+    }
+
+    async fn apply_event_once(
+        &self,
+        tx: &mut Tx,
+        input: &ApplyEvent,
+    ) -> Result<Step<Applied>, StoreError> {
+        let located = locate(tx, &input.target, &input.event).await?;
+        // Order first: every change to the payment bumps its version, so a
+        // change committed after this read makes the final CAS miss.
+        let order = order_in(tx, &located.payment_id).await?;
+        let amounts = amounts_in(tx, &located.payment_id).await?;
+        let order_snapshot = order.snapshot(&amounts)?;
+        let already_processed = match &input.inbox_id {
+            Some(inbox_id) => inbox_processed(tx, inbox_id).await?,
+            None => false,
+        };
+        let inbox_duplicate = || {
+            Verdict::duplicate(format!(
+                "inbox entry {} was already processed",
+                input.inbox_id.as_deref().unwrap_or("-")
+            ))
+        };
+        let event = &input.event;
+        let (subject, verdict, capture_attempt) = match located.aggregate {
+            Aggregate::Attempt | Aggregate::Order => {
+                let attempt = attempt_in(tx, &located.id).await?;
+                let verdict = if already_processed {
+                    inbox_duplicate()
+                } else {
+                    Verdict::of(decide_attempt(&order_snapshot, &attempt.snapshot(), event))
+                };
+                (attempt_subject(&attempt), verdict, None)
+            }
+            Aggregate::Refund => {
+                let refund = refund_in(tx, &located.id).await?;
+                let verdict = if already_processed {
+                    inbox_duplicate()
+                } else {
+                    Verdict::of(decide_refund(&order_snapshot, &refund.snapshot(), event))
+                };
+                let subject = Subject {
+                    aggregate: Aggregate::Refund,
+                    table: "refunds",
+                    id: refund.id.clone(),
+                    state: refund.state.as_str(),
+                    version: refund.version,
+                    reference: Some(refund.reference.clone()),
+                    psp_reference: refund.psp_reference.clone(),
+                    next_retry_time: refund.next_retry_time,
+                };
+                (subject, verdict, None)
+            }
+            Aggregate::Capture => {
+                let capture = capture_in(tx, &located.id).await?;
+                let attempt = attempt_in(tx, &capture.attempt_id).await?;
+                let verdict = if already_processed {
+                    inbox_duplicate()
+                } else {
+                    Verdict::of(decide_capture(
+                        &order_snapshot,
+                        &attempt.snapshot(),
+                        &capture.snapshot(),
+                        event,
+                    ))
+                };
+                let subject = Subject {
+                    aggregate: Aggregate::Capture,
+                    table: "captures",
+                    id: capture.id.clone(),
+                    state: capture.state.as_str(),
+                    version: capture.version,
+                    reference: Some(capture.reference.clone()),
+                    psp_reference: capture.psp_reference.clone(),
+                    next_retry_time: capture.next_retry_time,
+                };
+                (subject, verdict, Some(attempt))
+            }
+        };
+        let plan = Plan {
+            order,
+            amounts,
+            subject,
+            capture_attempt,
+            verdict,
+            input: Input::Event(event),
+            provenance: &input.provenance,
+            inbox_id: input.inbox_id.as_deref(),
+            inbox_done: already_processed,
+            next_retry_time: input.next_retry_time,
+        };
+        self.carry_out(tx, plan).await
+    }
+
+    /// Steps 4–6 for any verdict.
+    async fn carry_out(&self, tx: &mut Tx, plan: Plan<'_>) -> Result<Step<Applied>, StoreError> {
+        let now = self.now_ms();
+        let step = if plan.verdict.kind == DecisionKind::Applied {
+            self.carry_out_applied(tx, &plan, now).await?
+        } else {
+            self.carry_out_unapplied(tx, &plan, now).await?
+        };
+        let Step::Done(applied) = step else {
+            return Ok(Step::Retry);
+        };
+        if let Some(inbox_id) = plan.inbox_id.filter(|_| !plan.inbox_done) {
+            if !mark_inbox_processed(tx, inbox_id, now).await? {
+                // Another processor committed this inbox row meanwhile: the
+                // next try sees it processed and records a duplicate.
+                return Ok(Step::Retry);
+            }
+        }
+        Ok(Step::Done(applied))
+    }
+
+    async fn carry_out_applied(
+        &self,
+        tx: &mut Tx,
+        plan: &Plan<'_>,
+        now: i64,
+    ) -> Result<Step<Applied>, StoreError> {
+        let verdict = &plan.verdict;
+        let order = &plan.order;
+        let subject = &plan.subject;
+        let identity = plan.identity();
+        let (new_state, terminal) = verdict
+            .new_state
+            .ok_or_else(|| StoreError::Unapplicable("applied decision without a state".into()))?;
+        let order_state = verdict.cascade_order.unwrap_or(order.state);
+        // The core already checked the movements against the snapshot; the
+        // conditional updates below and the CHECKs are the database's own net.
+        let amounts_after = plan
+            .amounts
+            .to_core()?
+            .apply_all(&verdict.effects)
+            .map_err(|e| StoreError::AmountInvariant(e.to_string()))?;
+
+        if !cas_order(tx, order, order_state, None, now).await? {
+            return Ok(Step::Retry);
+        }
+        let payment_version = order.version + 1;
+        let subject_version = if subject.aggregate == Aggregate::Order {
+            payment_version
+        } else {
+            let update = SubjectUpdate::new(plan, new_state, terminal, now, self.query_delay_ms);
+            match update.write(tx).await {
+                Ok(true) => subject.version + 1,
+                Ok(false) => return Ok(Step::Retry),
+                Err(e) if e.is_unique_violation() => {
+                    return Err(StoreError::Conflict(format!(
+                        "PSP reference {:?} already belongs to another {}",
+                        update.psp_reference.unwrap_or_default(),
+                        subject.aggregate
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut history_ids = Vec::new();
+        if let (Some(attempt_state), Some(attempt)) =
+            (verdict.cascade_attempt, &plan.capture_attempt)
+        {
+            if !cas_attempt_cascade(tx, attempt, attempt_state, now).await? {
+                return Ok(Step::Retry);
+            }
+            let reason = format!("follows capture {}: {}", subject.id, verdict.reason);
+            let h = self.history_row(
+                plan,
+                "attempt",
+                &attempt.id,
+                attempt.state.as_str(),
+                attempt_state.as_str(),
+                (attempt.version, attempt.version + 1),
+                DecisionKind::Applied,
+                &reason,
+                identity.as_ref(),
+            );
+            history_ids.push(history::append(tx, &h, now).await?);
+        }
+        for effect in &verdict.effects {
+            apply_amount_effect(tx, &order.id, effect).await?;
+        }
+        let subject_history = self.history_row(
+            plan,
+            subject.aggregate.as_str(),
+            &subject.id,
+            subject.state,
+            new_state,
+            (subject.version, subject_version),
+            DecisionKind::Applied,
+            &verdict.reason,
+            identity.as_ref(),
+        );
+        history_ids.insert(0, history::append(tx, &subject_history, now).await?);
+        if subject.aggregate != Aggregate::Order && order_state != order.state {
+            let reason = format!(
+                "follows {} {}: {}",
+                subject.aggregate, subject.id, verdict.reason
+            );
+            let h = self.history_row(
+                plan,
+                "order",
+                &order.id,
+                order.state.as_str(),
+                order_state.as_str(),
+                (order.version, payment_version),
+                DecisionKind::Applied,
+                &reason,
+                identity.as_ref(),
+            );
+            history_ids.push(history::append(tx, &h, now).await?);
+        }
+        let mut outbox_event_ids = Vec::new();
+        for event in verdict.emits() {
+            let payload = outbox_payload(
+                plan,
+                event,
+                new_state,
+                order_state,
+                payment_version,
+                &amounts_after,
+                now,
+            );
+            let id = outbox::insert(
+                tx,
+                &NewOutboxEvent {
+                    event_type: event.as_str(),
+                    payment_id: &order.id,
+                    merchant_id: &order.merchant_id,
+                    aggregate_type: subject.aggregate.as_str(),
+                    aggregate_id: &subject.id,
+                    payment_version,
+                    payload,
+                },
+                now,
+            )
+            .await?;
+            outbox_event_ids.push(id);
+        }
+        Ok(Step::Done(Applied {
+            decision: DecisionKind::Applied,
+            reason: verdict.reason.clone(),
+            payment_id: order.id.clone(),
+            aggregate: subject.aggregate,
+            aggregate_id: subject.id.clone(),
+            from_state: subject.state.to_owned(),
+            to_state: new_state.to_owned(),
+            aggregate_version: subject_version,
+            payment_version,
+            order_state,
+            history_ids,
+            outbox_event_ids,
+            tries: 1,
+        }))
+    }
+
+    async fn carry_out_unapplied(
+        &self,
+        tx: &mut Tx,
+        plan: &Plan<'_>,
+        now: i64,
+    ) -> Result<Step<Applied>, StoreError> {
+        let verdict = &plan.verdict;
+        let order = &plan.order;
+        let subject = &plan.subject;
+        let identity = plan.identity();
+        // Contradicting evidence stops automatic processing: flag the payment
+        // for review once, and tell the merchant once.
+        let flag = verdict.kind == DecisionKind::NeedsReconciliation && !order.manual_review;
+        let review_reason = flag.then_some(verdict.reason.as_str());
+        let confirmed = if flag {
+            cas_order(tx, order, order.state, review_reason, now).await?
+        } else {
+            confirm_order(tx, order).await?
+        };
+        if !confirmed {
+            return Ok(Step::Retry);
+        }
+        let payment_version = if flag {
+            order.version + 1
+        } else {
+            order.version
+        };
+        let h = self.history_row(
+            plan,
+            subject.aggregate.as_str(),
+            &subject.id,
+            subject.state,
+            subject.state,
+            (subject.version, subject.version),
+            verdict.kind,
+            &verdict.reason,
+            identity.as_ref(),
+        );
+        let history_ids = vec![history::append(tx, &h, now).await?];
+        let mut outbox_event_ids = Vec::new();
+        if flag {
+            let amounts = plan.amounts.to_core()?;
+            let event = OutboxEvent::PaymentNeedsReview;
+            let payload = outbox_payload(
+                plan,
+                event,
+                subject.state,
+                order.state,
+                payment_version,
+                &amounts,
+                now,
+            );
+            let id = outbox::insert(
+                tx,
+                &NewOutboxEvent {
+                    event_type: event.as_str(),
+                    payment_id: &order.id,
+                    merchant_id: &order.merchant_id,
+                    aggregate_type: subject.aggregate.as_str(),
+                    aggregate_id: &subject.id,
+                    payment_version,
+                    payload,
+                },
+                now,
+            )
+            .await?;
+            outbox_event_ids.push(id);
+        }
+        Ok(Step::Done(Applied {
+            decision: verdict.kind,
+            reason: verdict.reason.clone(),
+            payment_id: order.id.clone(),
+            aggregate: subject.aggregate,
+            aggregate_id: subject.id.clone(),
+            from_state: subject.state.to_owned(),
+            to_state: subject.state.to_owned(),
+            aggregate_version: subject.version,
+            payment_version,
+            order_state: order.state,
+            history_ids,
+            outbox_event_ids,
+            tries: 1,
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn history_row<'p>(
+        &self,
+        plan: &'p Plan<'_>,
+        aggregate_type: &'p str,
+        aggregate_id: &'p str,
+        from_state: &'p str,
+        to_state: &'p str,
+        (from_version, to_version): (i64, i64),
+        decision: DecisionKind,
+        reason: &'p str,
+        identity: Option<&'p EventIdentity>,
+    ) -> NewHistory<'p> {
+        let mut h = NewHistory {
+            payment_id: &plan.order.id,
+            aggregate_type,
+            aggregate_id,
+            from_state: Some(from_state),
+            to_state,
+            from_version: Some(from_version),
+            to_version,
+            decision: decision.as_str(),
+            reason,
+            provenance: Some(plan.provenance),
+            inbox_id: plan.inbox_id,
+            ..NewHistory::default()
+        };
+        match plan.input {
+            Input::Event(event) => {
+                h.event_kind = event.kind.as_str();
+                h.evidence_source = event.evidence.as_str();
+                h.provider_event_id = event.provider_event_id.as_deref();
+                h.psp_reference = event.psp_reference.as_deref();
+                h.amount_minor = event.amount.map(|m| m.amount_minor);
+                h.currency = event.amount.as_ref().map(|m| m.currency.as_str());
+                h.raw_status = Some(event.raw_status.as_str());
+                h.failure_code = event.failure.as_ref().map(|f| f.code.as_str());
+                h.event_identity = identity.map(|i| i.business_key.as_str());
+            }
+            Input::Command(kind) => {
+                h.event_kind = kind;
+                h.evidence_source = "command";
+            }
+        }
+        h
+    }
+}
+
+/// The identity stored with an accepted event (for business-level dedupe).
+fn identity_json(event: &PaymentEvent) -> Result<String, StoreError> {
+    serde_json::to_string(&EventIdentity::of(event))
+        .map_err(|e| StoreError::Unapplicable(format!("event identity: {e}")))
+}
+
+/// The column writes of an applied decision on the subject row.
+struct SubjectUpdate<'a> {
+    table: &'static str,
+    id: &'a str,
+    version: i64,
+    state: &'static str,
+    last_event_identity: Option<String>,
+    psp_reference: Option<String>,
+    next_action_url: Option<String>,
+    next_retry_time: Option<i64>,
+    failure: Option<(String, String, String)>,
+    now: i64,
+}
+
+impl<'a> SubjectUpdate<'a> {
+    fn new(
+        plan: &'a Plan<'_>,
+        state: &'static str,
+        terminal: bool,
+        now: i64,
+        query_delay_ms: i64,
+    ) -> Self {
+        let effects = &plan.verdict.effects;
+        let psp_reference = effects.iter().find_map(|e| match e {
+            Effect::RecordPspReference { psp_reference } => Some(psp_reference.clone()),
+            _ => None,
+        });
+        let next_action_url = effects.iter().find_map(|e| match e {
+            Effect::RecordNextAction { url } => Some(url.clone()),
+            _ => None,
+        });
+        let schedule_query = effects.contains(&Effect::ScheduleQuery);
+        // Terminal rows leave the scan set; an unknown outcome is queried soon.
+        let next_retry_time = if terminal {
+            None
+        } else if schedule_query {
+            Some(plan.next_retry_time.unwrap_or(now + query_delay_ms))
+        } else {
+            plan.next_retry_time.or(plan.subject.next_retry_time)
+        };
+        let (last_event_identity, failure) = match plan.input {
+            Input::Event(event) => (
+                identity_json(event).ok(),
+                event.failure.as_ref().map(|f| {
+                    (
+                        f.code.clone(),
+                        f.category.as_str().to_owned(),
+                        f.message.clone(),
+                    )
+                }),
+            ),
+            Input::Command(_) => (None, None),
+        };
+        SubjectUpdate {
+            table: plan.subject.table,
+            id: &plan.subject.id,
+            version: plan.subject.version,
+            state,
+            last_event_identity,
+            psp_reference,
+            next_action_url,
+            next_retry_time,
+            failure,
+            now,
+        }
+    }
+
+    /// CAS the subject row; false when its version moved.
+    async fn write(&self, tx: &mut Tx) -> Result<bool, StoreError> {
+        let action_col = if self.table == "payment_attempts" {
+            ", next_action_url = COALESCE($11, next_action_url)"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "UPDATE {table} SET state = $3, version = version + 1, \
+                last_event_identity = COALESCE($4, last_event_identity), \
+                psp_reference = COALESCE(psp_reference, $5), next_retry_time = $6, \
+                failure_code = COALESCE($7, failure_code), \
+                failure_category = COALESCE($8, failure_category), \
+                failure_message = COALESCE($9, failure_message), updated_at = $10{action_col} \
+             WHERE id = $1 AND version = $2",
+            table = self.table
+        );
+        let failure = self.failure.as_ref();
+        let mut query = sqlx::query(&sql)
+            .bind(self.id)
+            .bind(self.version)
+            .bind(self.state)
+            .bind(self.last_event_identity.as_deref())
+            .bind(self.psp_reference.as_deref())
+            .bind(self.next_retry_time)
+            .bind(failure.map(|f| f.0.as_str()))
+            .bind(failure.map(|f| f.1.as_str()))
+            .bind(failure.map(|f| f.2.as_str()))
+            .bind(self.now);
+        if self.table == "payment_attempts" {
+            query = query.bind(self.next_action_url.as_deref());
+        }
+        let done = query.execute(&mut **tx).await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+fn attempt_subject(attempt: &PaymentAttempt) -> Subject {
+    Subject {
+        aggregate: Aggregate::Attempt,
+        table: "payment_attempts",
+        id: attempt.id.clone(),
+        state: attempt.state.as_str(),
+        version: attempt.version,
+        reference: Some(attempt.reference.clone()),
+        psp_reference: attempt.psp_reference.clone(),
+        next_retry_time: attempt.next_retry_time,
+    }
+}
+
+/// CAS the order row: new state (and review flag), version + 1.
+async fn cas_order(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+    state: OrderState,
+    review_reason: Option<&str>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4, \
+            manual_review = CASE WHEN $5 IS NULL THEN manual_review ELSE 1 END, \
+            manual_review_reason = COALESCE($5, manual_review_reason) \
+         WHERE id = $1 AND version = $2",
+    )
+    .bind(&order.id)
+    .bind(order.version)
+    .bind(state.as_str())
+    .bind(now)
+    .bind(review_reason)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Check (and on PostgreSQL, lock until commit) that the order is still at
+/// the version the decision was taken on, without changing it.
+async fn confirm_order(tx: &mut Tx, order: &PaymentOrder) -> Result<bool, StoreError> {
+    let done =
+        sqlx::query("UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2")
+            .bind(&order.id)
+            .bind(order.version)
+            .execute(&mut **tx)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The attempt follows its first successful capture.
+async fn cas_attempt_cascade(
+    tx: &mut Tx,
+    attempt: &PaymentAttempt,
+    state: AttemptState,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let next_retry: Option<i64> = if state.is_terminal() {
+        None
+    } else {
+        attempt.next_retry_time
+    };
+    let done = sqlx::query(
+        "UPDATE payment_attempts SET state = $3, version = version + 1, next_retry_time = $4, \
+            updated_at = $5 WHERE id = $1 AND version = $2",
+    )
+    .bind(&attempt.id)
+    .bind(attempt.version)
+    .bind(state.as_str())
+    .bind(next_retry)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// One amount effect as a conditional update. The condition restates the
+/// invariant the movement needs, so a row that does not allow it is left
+/// alone and the whole transaction fails instead of writing a wrong amount.
+async fn apply_amount_effect(
+    tx: &mut Tx,
+    payment_id: &str,
+    effect: &Effect,
+) -> Result<(), StoreError> {
+    let (set, condition, amount) = match *effect {
+        Effect::RecordAuthorization { amount_minor } => (
+            "authorized_minor = $2",
+            "authorized_minor = 0 AND captured_minor = 0",
+            amount_minor,
+        ),
+        Effect::RecordSale { amount_minor } => (
+            "authorized_minor = $2, captured_minor = $2",
+            "authorized_minor = 0 AND captured_minor = 0",
+            amount_minor,
+        ),
+        Effect::VoidAuthorization => (
+            "authorized_minor = captured_minor",
+            "capture_reserved_minor = 0 AND $2 = 0",
+            0,
+        ),
+        Effect::ReserveCapture { amount_minor } => (
+            "capture_reserved_minor = capture_reserved_minor + $2",
+            "authorized_minor - captured_minor - capture_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::SettleCapture { amount_minor } => (
+            "capture_reserved_minor = capture_reserved_minor - $2, captured_minor = captured_minor + $2",
+            "capture_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::ReleaseCapture { amount_minor } => (
+            "capture_reserved_minor = capture_reserved_minor - $2",
+            "capture_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::ReserveRefund { amount_minor } => (
+            "refund_reserved_minor = refund_reserved_minor + $2",
+            "captured_minor - refunded_minor - refund_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::SettleRefund { amount_minor } => (
+            "refund_reserved_minor = refund_reserved_minor - $2, refunded_minor = refunded_minor + $2",
+            "refund_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::ReleaseRefund { amount_minor } => (
+            "refund_reserved_minor = refund_reserved_minor - $2",
+            "refund_reserved_minor >= $2",
+            amount_minor,
+        ),
+        Effect::RecordPspReference { .. }
+        | Effect::RecordNextAction { .. }
+        | Effect::Emit(_)
+        | Effect::ScheduleQuery => return Ok(()),
+    };
+    let done = sqlx::query(&format!(
+        "UPDATE payment_amounts SET {set} WHERE payment_id = $1 AND {condition}"
+    ))
+    .bind(payment_id)
+    .bind(amount)
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::AmountInvariant(format!(
+            "{effect:?} does not fit the amounts of payment {payment_id}"
+        )));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn outbox_payload(
+    plan: &Plan<'_>,
+    event: OutboxEvent,
+    subject_state: &str,
+    order_state: OrderState,
+    payment_version: i64,
+    amounts: &sluice_core::Amounts,
+    now: i64,
+) -> serde_json::Value {
+    let order = &plan.order;
+    let subject = &plan.subject;
+    serde_json::json!({
+        "type": event.as_str(),
+        "payment_id": order.id,
+        "merchant_id": order.merchant_id,
+        "merchant_order_no": order.merchant_order_no,
+        "payment_version": payment_version,
+        "order_state": order_state.as_str(),
+        "amount_minor": order.amount.amount_minor,
+        "currency": order.amount.currency.as_str(),
+        "amounts": amounts,
+        "aggregate": {
+            "type": subject.aggregate.as_str(),
+            "id": subject.id,
+            "state": subject_state,
+            "reference": subject.reference,
+            "psp_reference": recorded_psp_reference(plan),
+        },
+        "reason": plan.verdict.reason,
+        // Consumers dedupe on this business key (at-least-once delivery).
+        "dedupe_key": format!("{}:{}:{}", event.as_str(), subject.id, payment_version),
+        "occurred_at": now,
+    })
+}
+
+/// The subject's PSP reference after the decision (known before, or learned now).
+fn recorded_psp_reference(plan: &Plan<'_>) -> Option<String> {
+    plan.subject.psp_reference.clone().or_else(|| {
+        plan.verdict.effects.iter().find_map(|e| match e {
+            Effect::RecordPspReference { psp_reference } => Some(psp_reference.clone()),
+            _ => None,
+        })
+    })
+}
+
+/// Where an event lands: the aggregate and the payment it belongs to.
+#[derive(Debug, Clone)]
+struct Located {
+    aggregate: Aggregate,
+    id: String,
+    payment_id: String,
+}
+
+fn is_refund_kind(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::RefundProcessing
+            | EventKind::RefundSucceeded
+            | EventKind::RefundFailed
+            | EventKind::RefundUnknown
+    )
+}
+
+async fn locate(
+    tx: &mut Tx,
+    target: &EventTarget,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    match target {
+        EventTarget::Attempt(reference) => {
+            located(
+                tx,
+                Aggregate::Attempt,
+                "payment_attempts",
+                "reference",
+                reference,
+            )
+            .await
+        }
+        EventTarget::Refund(reference) => {
+            located(tx, Aggregate::Refund, "refunds", "reference", reference).await
+        }
+        EventTarget::Capture(reference) => {
+            located(tx, Aggregate::Capture, "captures", "reference", reference).await
+        }
+        EventTarget::PspReference {
+            adapter,
+            psp_reference,
+        } => locate_by_psp(tx, adapter, psp_reference, event).await,
+        EventTarget::FromEvent { adapter } => locate_from_event(tx, adapter, event).await,
+    }
+}
+
+async fn located(
+    tx: &mut Tx,
+    aggregate: Aggregate,
+    table: &str,
+    column: &str,
+    key: &str,
+) -> Result<Located, StoreError> {
+    let id = find_id(tx, table, column, key)
+        .await?
+        .ok_or_else(|| StoreError::not_found(entity_name(aggregate), key))?;
+    let payment_id = payment_of(tx, table, &id).await?;
+    Ok(Located {
+        aggregate,
+        id,
+        payment_id,
+    })
+}
+
+fn entity_name(aggregate: Aggregate) -> &'static str {
+    match aggregate {
+        Aggregate::Order => "payment",
+        Aggregate::Attempt => "attempt",
+        Aggregate::Refund => "refund",
+        Aggregate::Capture => "capture",
+    }
+}
+
+async fn locate_by_psp(
+    tx: &mut Tx,
+    adapter: &str,
+    psp_reference: &str,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    if is_refund_kind(event.kind) {
+        if let Some(refund) = refund_by_psp(tx, adapter, psp_reference).await? {
+            return Ok(refund);
+        }
+        return Err(StoreError::not_found("refund", psp_reference));
+    }
+    let attempt = attempt_by_psp(tx, adapter, psp_reference)
+        .await?
+        .ok_or_else(|| StoreError::not_found("attempt", psp_reference))?;
+    route_from_attempt(tx, attempt, event).await
+}
+
+async fn locate_from_event(
+    tx: &mut Tx,
+    adapter: &str,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    if is_refund_kind(event.kind) {
+        if let Some(reference) = &event.action_reference {
+            return located(tx, Aggregate::Refund, "refunds", "reference", reference).await;
+        }
+        if let Some(psp) = &event.psp_reference {
+            if let Some(refund) = refund_by_psp(tx, adapter, psp).await? {
+                return Ok(refund);
+            }
+        }
+        return Err(StoreError::not_found(
+            "refund",
+            event.psp_reference.as_deref().unwrap_or("-"),
+        ));
+    }
+    let mut attempt = None;
+    if let Some(reference) = &event.attempt_reference {
+        attempt = fetch_attempt(tx, "reference = $1", &[reference]).await?;
+    }
+    for psp in [&event.psp_payment_reference, &event.psp_reference]
+        .into_iter()
+        .flatten()
+    {
+        if attempt.is_none() {
+            attempt = attempt_by_psp(tx, adapter, psp).await?;
+        }
+    }
+    let attempt = attempt.ok_or_else(|| {
+        StoreError::not_found(
+            "attempt",
+            event
+                .attempt_reference
+                .as_deref()
+                .or(event.psp_reference.as_deref())
+                .unwrap_or("-"),
+        )
+    })?;
+    route_from_attempt(tx, attempt, event).await
+}
+
+/// Send the event to the attempt or, per the core's routing, to one of its captures.
+async fn route_from_attempt(
+    tx: &mut Tx,
+    attempt: PaymentAttempt,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    match route_event(event, attempt.capture_mode) {
+        Aggregate::Capture => {
+            let capture_id = capture_for(tx, &attempt, event).await?;
+            Ok(Located {
+                aggregate: Aggregate::Capture,
+                id: capture_id,
+                payment_id: attempt.payment_id,
+            })
+        }
+        Aggregate::Refund => Err(StoreError::not_found(
+            "refund",
+            event.action_reference.as_deref().unwrap_or("-"),
+        )),
+        Aggregate::Attempt | Aggregate::Order => Ok(Located {
+            aggregate: Aggregate::Attempt,
+            id: attempt.id,
+            payment_id: attempt.payment_id,
+        }),
+    }
+}
+
+/// The capture a capture event is about: named by its reference, or the one
+/// capture of the attempt in flight (or the one with that PSP reference).
+/// Several candidates are never guessed between.
+async fn capture_for(
+    tx: &mut Tx,
+    attempt: &PaymentAttempt,
+    event: &PaymentEvent,
+) -> Result<String, StoreError> {
+    if let Some(reference) = &event.action_reference {
+        return find_id(tx, "captures", "reference", reference)
+            .await?
+            .ok_or_else(|| StoreError::not_found("capture", reference));
+    }
+    let rows = sqlx::query(&format!(
+        "SELECT {CAPTURE_COLS} FROM captures WHERE attempt_id = $1 ORDER BY created_at, id"
+    ))
+    .bind(&attempt.id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let captures = rows
+        .iter()
+        .map(capture_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let in_flight: Vec<_> = captures.iter().filter(|c| !c.state.is_terminal()).collect();
+    let by_psp: Vec<_> = captures
+        .iter()
+        .filter(|c| c.psp_reference.is_some() && c.psp_reference == event.psp_reference)
+        .collect();
+    let candidates = if in_flight.len() == 1 {
+        in_flight
+    } else {
+        by_psp
+    };
+    match candidates.as_slice() {
+        [one] => Ok(one.id.clone()),
+        [] => Err(StoreError::not_found("capture", &attempt.reference)),
+        _ => Err(StoreError::Conflict(format!(
+            "{} captures of attempt {} could match; the event must name its capture reference",
+            candidates.len(),
+            attempt.reference
+        ))),
+    }
+}
+
+async fn fetch_attempt(
+    tx: &mut Tx,
+    condition: &str,
+    args: &[&str],
+) -> Result<Option<PaymentAttempt>, StoreError> {
+    let sql = format!("SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE {condition}");
+    let mut query = sqlx::query(&sql);
+    for arg in args {
+        query = query.bind(*arg);
+    }
+    let row = query.fetch_optional(&mut **tx).await?;
+    row.as_ref().map(attempt_from).transpose()
+}
+
+async fn attempt_by_psp(
+    tx: &mut Tx,
+    adapter: &str,
+    psp_reference: &str,
+) -> Result<Option<PaymentAttempt>, StoreError> {
+    fetch_attempt(
+        tx,
+        "adapter = $1 AND psp_reference = $2",
+        &[adapter, psp_reference],
+    )
+    .await
+}
+
+async fn refund_by_psp(
+    tx: &mut Tx,
+    adapter: &str,
+    psp_reference: &str,
+) -> Result<Option<Located>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {REFUND_COLS} FROM refunds WHERE adapter = $1 AND psp_reference = $2"
+    ))
+    .bind(adapter)
+    .bind(psp_reference)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let refund = refund_from(&row)?;
+    Ok(Some(Located {
+        aggregate: Aggregate::Refund,
+        id: refund.id,
+        payment_id: refund.payment_id,
+    }))
+}
+
+async fn find_id(
+    tx: &mut Tx,
+    table: &str,
+    column: &str,
+    key: &str,
+) -> Result<Option<String>, StoreError> {
+    let row = sqlx::query(&format!("SELECT id FROM {table} WHERE {column} = $1"))
+        .bind(key)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(match row {
+        Some(row) => Some(row.try_get::<String, _>("id")?),
+        None => None,
+    })
+}
+
+async fn payment_of(tx: &mut Tx, table: &str, id: &str) -> Result<String, StoreError> {
+    let row = sqlx::query(&format!("SELECT payment_id FROM {table} WHERE id = $1"))
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(row.try_get::<String, _>("payment_id")?)
+}
+
+async fn inbox_processed(tx: &mut Tx, inbox_id: &str) -> Result<bool, StoreError> {
+    let row = sqlx::query("SELECT status FROM webhook_inbox WHERE id = $1")
+        .bind(inbox_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("inbox entry", inbox_id))?;
+    Ok(row.try_get::<String, _>("status")? == "processed")
+}
+
+async fn mark_inbox_processed(tx: &mut Tx, inbox_id: &str, now: i64) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE webhook_inbox SET status = 'processed', processed_at = $2, claimed_until = NULL \
+         WHERE id = $1 AND status <> 'processed'",
+    )
+    .bind(inbox_id)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Record a refused order command (as evidence) inside the caller's transaction.
+pub(crate) async fn record_order_refusal<S>(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+    command: OrderCommand,
+    decision: &Decision<S>,
+    provenance: &Provenance,
+    now: i64,
+) -> Result<i64, StoreError> {
+    let kind = match decision {
+        Decision::Ignore(IgnoreReason::Duplicate) => DecisionKind::IgnoredDuplicate,
+        Decision::Ignore(IgnoreReason::Stale) => DecisionKind::IgnoredStale,
+        Decision::NeedsReconciliation(_) => DecisionKind::NeedsReconciliation,
+        _ => DecisionKind::Rejected,
+    };
+    let reason = decision.explain();
+    history::append(
+        tx,
+        &NewHistory {
+            payment_id: &order.id,
+            aggregate_type: "order",
+            aggregate_id: &order.id,
+            from_state: Some(order.state.as_str()),
+            to_state: order.state.as_str(),
+            from_version: Some(order.version),
+            to_version: order.version,
+            event_kind: command_kind(command),
+            evidence_source: "command",
+            decision: kind.as_str(),
+            reason: &reason,
+            provenance: Some(provenance),
+            ..NewHistory::default()
+        },
+        now,
+    )
+    .await
+}
+
+fn describe_target(target: &EventTarget) -> String {
+    match target {
+        EventTarget::Attempt(r) | EventTarget::Refund(r) | EventTarget::Capture(r) => r.clone(),
+        EventTarget::PspReference { psp_reference, .. } => psp_reference.clone(),
+        EventTarget::FromEvent { adapter } => format!("event at {adapter}"),
+    }
+}
+
+/// A short, jittered pause before re-deciding, so racers spread out.
+async fn cas_backoff(tries: u32) {
+    let jitter = rand::random_range(0..=3u64);
+    tokio::time::sleep(Duration::from_millis(u64::from(tries) * 2 + jitter)).await;
+}
+
+fn log_applied(applied: &Applied) {
+    tracing::info!(
+        payment_id = %applied.payment_id,
+        aggregate = %applied.aggregate,
+        aggregate_id = %applied.aggregate_id,
+        decision = applied.decision.as_str(),
+        from = %applied.from_state,
+        to = %applied.to_state,
+        tries = applied.tries,
+        "decision recorded"
+    );
+}

@@ -1,0 +1,220 @@
+//! The state history: one append-only row per decision about an aggregate,
+//! applied or not, with its evidence. The database refuses UPDATE and DELETE.
+
+use crate::db::{int, opt_int, opt_text, text, Tx};
+use crate::{Store, StoreError};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+/// Who or what produced an event or command, for the audit history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The adapter that produced the event (name, version, component digest).
+    pub adapter: Option<AdapterIdentity>,
+    /// A person or component: `operator:<id>`, `merchant:<id>`, `system:scanner`, ...
+    pub actor: Option<String>,
+    pub trace_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterIdentity {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+}
+
+impl Provenance {
+    pub fn adapter(name: &str, version: &str, digest: &str) -> Self {
+        Provenance {
+            adapter: Some(AdapterIdentity {
+                name: name.to_owned(),
+                version: version.to_owned(),
+                digest: digest.to_owned(),
+            }),
+            ..Provenance::default()
+        }
+    }
+
+    pub fn actor(actor: &str) -> Self {
+        Provenance {
+            actor: Some(actor.to_owned()),
+            ..Provenance::default()
+        }
+    }
+
+    pub fn with_trace(mut self, trace_id: &str) -> Self {
+        self.trace_id = Some(trace_id.to_owned());
+        self
+    }
+}
+
+/// One row of a payment's timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub id: i64,
+    pub payment_id: String,
+    /// `order`, `attempt`, `capture` or `refund`.
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// None when the row records the aggregate's creation.
+    pub from_state: Option<String>,
+    /// The state after the decision (equal to `from_state` unless applied).
+    pub to_state: String,
+    pub from_version: Option<i64>,
+    pub to_version: i64,
+    /// A core `EventKind`, or a command such as `COMMAND_START_ATTEMPT`.
+    pub event_kind: String,
+    /// A core `EvidenceSource`, or `command` for merchant/orchestrator commands.
+    pub evidence_source: String,
+    pub provider_event_id: Option<String>,
+    pub psp_reference: Option<String>,
+    pub event_identity: Option<String>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub raw_status: Option<String>,
+    pub failure_code: Option<String>,
+    /// `applied`, `ignored_duplicate`, `ignored_stale`, `rejected`, `needs_reconciliation`.
+    pub decision: String,
+    pub reason: String,
+    pub adapter_name: Option<String>,
+    pub adapter_version: Option<String>,
+    pub adapter_digest: Option<String>,
+    pub actor: Option<String>,
+    pub trace_id: Option<String>,
+    pub inbox_id: Option<String>,
+    pub recorded_at: i64,
+}
+
+/// What the door writes for one decision (ids and time are added on insert).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NewHistory<'a> {
+    pub payment_id: &'a str,
+    pub aggregate_type: &'a str,
+    pub aggregate_id: &'a str,
+    pub from_state: Option<&'a str>,
+    pub to_state: &'a str,
+    pub from_version: Option<i64>,
+    pub to_version: i64,
+    pub event_kind: &'a str,
+    pub evidence_source: &'a str,
+    pub provider_event_id: Option<&'a str>,
+    pub psp_reference: Option<&'a str>,
+    pub event_identity: Option<&'a str>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<&'a str>,
+    pub raw_status: Option<&'a str>,
+    pub failure_code: Option<&'a str>,
+    pub decision: &'a str,
+    pub reason: &'a str,
+    pub provenance: Option<&'a Provenance>,
+    pub inbox_id: Option<&'a str>,
+}
+
+const HISTORY_COLS: &str = "id, payment_id, aggregate_type, aggregate_id, from_state, to_state, \
+    from_version, to_version, event_kind, evidence_source, provider_event_id, psp_reference, \
+    event_identity, amount_minor, currency, raw_status, failure_code, decision, reason, \
+    adapter_name, adapter_version, adapter_digest, actor, trace_id, inbox_id, recorded_at";
+
+fn entry_from(row: &AnyRow) -> Result<HistoryEntry, StoreError> {
+    Ok(HistoryEntry {
+        id: int(row, "id")?,
+        payment_id: text(row, "payment_id")?,
+        aggregate_type: text(row, "aggregate_type")?,
+        aggregate_id: text(row, "aggregate_id")?,
+        from_state: opt_text(row, "from_state")?,
+        to_state: text(row, "to_state")?,
+        from_version: opt_int(row, "from_version")?,
+        to_version: int(row, "to_version")?,
+        event_kind: text(row, "event_kind")?,
+        evidence_source: text(row, "evidence_source")?,
+        provider_event_id: opt_text(row, "provider_event_id")?,
+        psp_reference: opt_text(row, "psp_reference")?,
+        event_identity: opt_text(row, "event_identity")?,
+        amount_minor: opt_int(row, "amount_minor")?,
+        currency: opt_text(row, "currency")?,
+        raw_status: opt_text(row, "raw_status")?,
+        failure_code: opt_text(row, "failure_code")?,
+        decision: text(row, "decision")?,
+        reason: text(row, "reason")?,
+        adapter_name: opt_text(row, "adapter_name")?,
+        adapter_version: opt_text(row, "adapter_version")?,
+        adapter_digest: opt_text(row, "adapter_digest")?,
+        actor: opt_text(row, "actor")?,
+        trace_id: opt_text(row, "trace_id")?,
+        inbox_id: opt_text(row, "inbox_id")?,
+        recorded_at: int(row, "recorded_at")?,
+    })
+}
+
+/// Append one history row inside the caller's transaction; returns its id.
+pub(crate) async fn append(tx: &mut Tx, h: &NewHistory<'_>, now: i64) -> Result<i64, StoreError> {
+    let adapter = h.provenance.and_then(|p| p.adapter.as_ref());
+    let row = sqlx::query(
+        "INSERT INTO state_history (payment_id, aggregate_type, aggregate_id, from_state, to_state, \
+            from_version, to_version, event_kind, evidence_source, provider_event_id, psp_reference, \
+            event_identity, amount_minor, currency, raw_status, failure_code, decision, reason, \
+            adapter_name, adapter_version, adapter_digest, actor, trace_id, inbox_id, recorded_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+            $19, $20, $21, $22, $23, $24, $25) \
+         RETURNING id",
+    )
+    .bind(h.payment_id)
+    .bind(h.aggregate_type)
+    .bind(h.aggregate_id)
+    .bind(h.from_state)
+    .bind(h.to_state)
+    .bind(h.from_version)
+    .bind(h.to_version)
+    .bind(h.event_kind)
+    .bind(h.evidence_source)
+    .bind(h.provider_event_id)
+    .bind(h.psp_reference)
+    .bind(h.event_identity)
+    .bind(h.amount_minor)
+    .bind(h.currency)
+    .bind(h.raw_status)
+    .bind(h.failure_code)
+    .bind(h.decision)
+    .bind(h.reason)
+    .bind(adapter.map(|a| a.name.as_str()))
+    .bind(adapter.map(|a| a.version.as_str()))
+    .bind(adapter.map(|a| a.digest.as_str()))
+    .bind(h.provenance.and_then(|p| p.actor.as_deref()))
+    .bind(h.provenance.and_then(|p| p.trace_id.as_deref()))
+    .bind(h.inbox_id)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(row.try_get::<i64, _>("id")?)
+}
+
+impl Store {
+    /// Every decision about a payment and its attempts, captures and refunds,
+    /// in the order they were recorded: "why is this payment in this state?".
+    pub async fn timeline(&self, payment_id: &str) -> Result<Vec<HistoryEntry>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {HISTORY_COLS} FROM state_history WHERE payment_id = $1 ORDER BY id"
+        ))
+        .bind(payment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(entry_from).collect()
+    }
+
+    /// The history of one aggregate, in order.
+    pub async fn aggregate_history(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {HISTORY_COLS} FROM state_history \
+             WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY id"
+        ))
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(entry_from).collect()
+    }
+}

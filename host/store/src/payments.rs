@@ -1,0 +1,1218 @@
+//! Payment orders, their amounts, attempts, captures and refunds: the rows,
+//! their creation, and the read side the API and the orchestrator use.
+
+use crate::db::{int, json, opt_int, opt_text, parsed, text, Tx};
+use crate::door::{Step, MAX_CAS_TRIES};
+use crate::history::{self, NewHistory, Provenance};
+use crate::merchants::ConnectorAccount;
+use crate::{ids, Store, StoreError};
+use sluice_core::{
+    decide_order, Amounts, AttemptSnapshot, AttemptState, CaptureMode, CaptureSnapshot,
+    CaptureState, Currency, Decision, EventIdentity, Failure, FailureCategory, Money, OrderCommand,
+    OrderSnapshot, OrderState, RefundSnapshot, RefundState, RejectReason,
+};
+use sqlx::any::AnyRow;
+
+/// Seed 000's business fulfilment block: the long-lived goal, its deadline
+/// (not to be confused with `next_retry_time`, which is only scheduling).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fulfillment {
+    pub biz_key: Option<String>,
+    pub deadline: Option<i64>,
+    pub mode: Option<String>,
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentOrder {
+    pub id: String,
+    pub merchant_id: String,
+    pub merchant_order_no: String,
+    /// Amount and currency, frozen at creation.
+    pub amount: Money,
+    pub capture_mode: CaptureMode,
+    pub state: OrderState,
+    /// The payment version: moves with every applied change of the payment or
+    /// any of its attempts, captures, refunds and amounts.
+    pub version: i64,
+    pub payment_method_token: Option<String>,
+    pub return_url: Option<String>,
+    pub description: Option<String>,
+    pub metadata: serde_json::Value,
+    pub fulfillment: Fulfillment,
+    pub manual_review: bool,
+    pub manual_review_reason: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaymentAmounts {
+    pub currency: Currency,
+    pub amount_minor: i64,
+    pub authorized_minor: i64,
+    pub capture_reserved_minor: i64,
+    pub captured_minor: i64,
+    pub refund_reserved_minor: i64,
+    pub refunded_minor: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentAttempt {
+    pub id: String,
+    pub payment_id: String,
+    pub attempt_no: i64,
+    /// Stable reference sent to the PSP as idempotency key and merchant reference.
+    pub reference: String,
+    pub adapter: String,
+    pub connector_account_id: String,
+    pub psp_reference: Option<String>,
+    pub amount: Money,
+    pub capture_mode: CaptureMode,
+    pub payment_method_token: Option<String>,
+    pub state: AttemptState,
+    pub version: i64,
+    pub next_retry_time: Option<i64>,
+    pub retry_count: i64,
+    pub timeout_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub last_event: Option<EventIdentity>,
+    pub next_action_url: Option<String>,
+    pub failure: Option<Failure>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capture {
+    pub id: String,
+    pub payment_id: String,
+    pub attempt_id: String,
+    pub reference: String,
+    pub adapter: String,
+    pub psp_reference: Option<String>,
+    pub amount: Money,
+    pub state: CaptureState,
+    pub version: i64,
+    pub next_retry_time: Option<i64>,
+    pub retry_count: i64,
+    pub last_event: Option<EventIdentity>,
+    pub failure: Option<Failure>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refund {
+    pub id: String,
+    pub payment_id: String,
+    pub attempt_id: String,
+    pub reference: String,
+    pub adapter: String,
+    pub psp_reference: Option<String>,
+    pub amount: Money,
+    pub reason: Option<String>,
+    pub state: RefundState,
+    pub version: i64,
+    pub next_retry_time: Option<i64>,
+    pub retry_count: i64,
+    pub last_event: Option<EventIdentity>,
+    pub failure: Option<Failure>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Everything about one payment, read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentDetails {
+    pub order: PaymentOrder,
+    pub amounts: PaymentAmounts,
+    pub attempts: Vec<PaymentAttempt>,
+    pub captures: Vec<Capture>,
+    pub refunds: Vec<Refund>,
+}
+
+/// What a merchant creates a payment with.
+#[derive(Debug, Clone)]
+pub struct NewPayment {
+    pub merchant_id: String,
+    pub merchant_order_no: String,
+    pub amount: Money,
+    pub capture_mode: CaptureMode,
+    pub payment_method_token: Option<String>,
+    pub return_url: Option<String>,
+    pub description: Option<String>,
+    pub metadata: serde_json::Value,
+    pub fulfillment: Fulfillment,
+}
+
+/// What the orchestrator starts an attempt with. The adapter is the
+/// connector account's; amount, currency and capture mode are the order's.
+#[derive(Debug, Clone, Default)]
+pub struct NewAttempt {
+    pub payment_id: String,
+    pub connector_account_id: String,
+    /// Defaults to the order's token.
+    pub payment_method_token: Option<String>,
+    pub timeout_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    /// When the recovery scanner should first look at the attempt.
+    pub next_retry_time: Option<i64>,
+}
+
+/// A page of a cursor-paginated list; pass `next_cursor` back to continue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// Position in a recovery scan: rows after (next_retry_time, id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanCursor {
+    pub next_retry_time: i64,
+    pub id: String,
+}
+
+pub(crate) const ORDER_COLS: &str = "id, merchant_id, merchant_order_no, amount_minor, currency, \
+    capture_mode, state, version, payment_method_token, return_url, description, metadata_json, \
+    biz_key, fulfillment_deadline, fulfillment_mode, fulfillment_state, manual_review, \
+    manual_review_reason, created_at, updated_at";
+pub(crate) const AMOUNT_COLS: &str = "currency, amount_minor, authorized_minor, \
+    capture_reserved_minor, captured_minor, refund_reserved_minor, refunded_minor";
+pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, adapter, \
+    connector_account_id, psp_reference, amount_minor, currency, capture_mode, payment_method_token, \
+    state, version, next_retry_time, retry_count, timeout_at, expires_at, last_event_identity, \
+    next_action_url, failure_code, failure_category, failure_message, created_at, updated_at";
+pub(crate) const CAPTURE_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
+    psp_reference, amount_minor, currency, state, version, next_retry_time, retry_count, \
+    last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
+pub(crate) const REFUND_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
+    psp_reference, amount_minor, currency, reason, state, version, next_retry_time, retry_count, \
+    last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
+
+fn money(row: &AnyRow, table: &'static str) -> Result<Money, StoreError> {
+    let currency = currency(row, table)?;
+    Ok(Money {
+        amount_minor: int(row, "amount_minor")?,
+        currency,
+    })
+}
+
+fn currency(row: &AnyRow, table: &'static str) -> Result<Currency, StoreError> {
+    let raw = text(row, "currency")?;
+    Currency::parse(&raw).map_err(|e| StoreError::corrupt(table, format!("currency: {e}")))
+}
+
+fn last_event(row: &AnyRow, table: &'static str) -> Result<Option<EventIdentity>, StoreError> {
+    opt_text(row, "last_event_identity")?
+        .map(|raw| {
+            serde_json::from_str(&raw)
+                .map_err(|e| StoreError::corrupt(table, format!("last_event_identity: {e}")))
+        })
+        .transpose()
+}
+
+fn failure(row: &AnyRow) -> Result<Option<Failure>, StoreError> {
+    let category = opt_text(row, "failure_category")?.and_then(|c| FailureCategory::parse(&c));
+    Ok(match category {
+        Some(category) => Some(Failure {
+            category,
+            code: opt_text(row, "failure_code")?.unwrap_or_default(),
+            message: opt_text(row, "failure_message")?.unwrap_or_default(),
+        }),
+        None => None,
+    })
+}
+
+pub(crate) fn order_from(row: &AnyRow) -> Result<PaymentOrder, StoreError> {
+    const T: &str = "payment_orders";
+    Ok(PaymentOrder {
+        id: text(row, "id")?,
+        merchant_id: text(row, "merchant_id")?,
+        merchant_order_no: text(row, "merchant_order_no")?,
+        amount: money(row, T)?,
+        capture_mode: parsed(row, T, "capture_mode", CaptureMode::parse)?,
+        state: parsed(row, T, "state", OrderState::parse)?,
+        version: int(row, "version")?,
+        payment_method_token: opt_text(row, "payment_method_token")?,
+        return_url: opt_text(row, "return_url")?,
+        description: opt_text(row, "description")?,
+        metadata: json(row, T, "metadata_json")?,
+        fulfillment: Fulfillment {
+            biz_key: opt_text(row, "biz_key")?,
+            deadline: opt_int(row, "fulfillment_deadline")?,
+            mode: opt_text(row, "fulfillment_mode")?,
+            state: opt_text(row, "fulfillment_state")?,
+        },
+        manual_review: int(row, "manual_review")? != 0,
+        manual_review_reason: opt_text(row, "manual_review_reason")?,
+        created_at: int(row, "created_at")?,
+        updated_at: int(row, "updated_at")?,
+    })
+}
+
+pub(crate) fn amounts_from(row: &AnyRow) -> Result<PaymentAmounts, StoreError> {
+    Ok(PaymentAmounts {
+        currency: currency(row, "payment_amounts")?,
+        amount_minor: int(row, "amount_minor")?,
+        authorized_minor: int(row, "authorized_minor")?,
+        capture_reserved_minor: int(row, "capture_reserved_minor")?,
+        captured_minor: int(row, "captured_minor")?,
+        refund_reserved_minor: int(row, "refund_reserved_minor")?,
+        refunded_minor: int(row, "refunded_minor")?,
+    })
+}
+
+pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
+    const T: &str = "payment_attempts";
+    Ok(PaymentAttempt {
+        id: text(row, "id")?,
+        payment_id: text(row, "payment_id")?,
+        attempt_no: int(row, "attempt_no")?,
+        reference: text(row, "reference")?,
+        adapter: text(row, "adapter")?,
+        connector_account_id: text(row, "connector_account_id")?,
+        psp_reference: opt_text(row, "psp_reference")?,
+        amount: money(row, T)?,
+        capture_mode: parsed(row, T, "capture_mode", CaptureMode::parse)?,
+        payment_method_token: opt_text(row, "payment_method_token")?,
+        state: parsed(row, T, "state", AttemptState::parse)?,
+        version: int(row, "version")?,
+        next_retry_time: opt_int(row, "next_retry_time")?,
+        retry_count: int(row, "retry_count")?,
+        timeout_at: opt_int(row, "timeout_at")?,
+        expires_at: opt_int(row, "expires_at")?,
+        last_event: last_event(row, T)?,
+        next_action_url: opt_text(row, "next_action_url")?,
+        failure: failure(row)?,
+        created_at: int(row, "created_at")?,
+        updated_at: int(row, "updated_at")?,
+    })
+}
+
+pub(crate) fn capture_from(row: &AnyRow) -> Result<Capture, StoreError> {
+    const T: &str = "captures";
+    Ok(Capture {
+        id: text(row, "id")?,
+        payment_id: text(row, "payment_id")?,
+        attempt_id: text(row, "attempt_id")?,
+        reference: text(row, "reference")?,
+        adapter: text(row, "adapter")?,
+        psp_reference: opt_text(row, "psp_reference")?,
+        amount: money(row, T)?,
+        state: parsed(row, T, "state", CaptureState::parse)?,
+        version: int(row, "version")?,
+        next_retry_time: opt_int(row, "next_retry_time")?,
+        retry_count: int(row, "retry_count")?,
+        last_event: last_event(row, T)?,
+        failure: failure(row)?,
+        created_at: int(row, "created_at")?,
+        updated_at: int(row, "updated_at")?,
+    })
+}
+
+pub(crate) fn refund_from(row: &AnyRow) -> Result<Refund, StoreError> {
+    const T: &str = "refunds";
+    Ok(Refund {
+        id: text(row, "id")?,
+        payment_id: text(row, "payment_id")?,
+        attempt_id: text(row, "attempt_id")?,
+        reference: text(row, "reference")?,
+        adapter: text(row, "adapter")?,
+        psp_reference: opt_text(row, "psp_reference")?,
+        amount: money(row, T)?,
+        reason: opt_text(row, "reason")?,
+        state: parsed(row, T, "state", RefundState::parse)?,
+        version: int(row, "version")?,
+        next_retry_time: opt_int(row, "next_retry_time")?,
+        retry_count: int(row, "retry_count")?,
+        last_event: last_event(row, T)?,
+        failure: failure(row)?,
+        created_at: int(row, "created_at")?,
+        updated_at: int(row, "updated_at")?,
+    })
+}
+
+impl PaymentAmounts {
+    /// The core's view; refuses stored values that break an invariant.
+    pub fn to_core(&self) -> Result<Amounts, StoreError> {
+        Amounts::from_parts(
+            self.authorized_minor,
+            self.capture_reserved_minor,
+            self.captured_minor,
+            self.refund_reserved_minor,
+            self.refunded_minor,
+        )
+        .map_err(|e| StoreError::corrupt("payment_amounts", e.to_string()))
+    }
+
+    pub fn refundable_minor(&self) -> i64 {
+        self.captured_minor - self.refunded_minor - self.refund_reserved_minor
+    }
+
+    pub fn capturable_minor(&self) -> i64 {
+        self.authorized_minor - self.captured_minor - self.capture_reserved_minor
+    }
+}
+
+impl PaymentOrder {
+    /// The snapshot the core decides on.
+    pub fn snapshot(&self, amounts: &PaymentAmounts) -> Result<OrderSnapshot, StoreError> {
+        Ok(OrderSnapshot {
+            state: self.state,
+            version: self.version,
+            amount: self.amount,
+            amounts: amounts.to_core()?,
+        })
+    }
+}
+
+impl PaymentAttempt {
+    pub fn snapshot(&self) -> AttemptSnapshot {
+        AttemptSnapshot {
+            reference: self.reference.clone(),
+            state: self.state,
+            version: self.version,
+            capture_mode: self.capture_mode,
+            amount: self.amount,
+            psp_reference: self.psp_reference.clone(),
+            last_event: self.last_event.clone(),
+        }
+    }
+}
+
+impl Capture {
+    pub fn snapshot(&self) -> CaptureSnapshot {
+        CaptureSnapshot {
+            reference: self.reference.clone(),
+            state: self.state,
+            version: self.version,
+            amount: self.amount,
+            psp_reference: self.psp_reference.clone(),
+            last_event: self.last_event.clone(),
+        }
+    }
+}
+
+impl Refund {
+    pub fn snapshot(&self) -> RefundSnapshot {
+        RefundSnapshot {
+            reference: self.reference.clone(),
+            state: self.state,
+            version: self.version,
+            amount: self.amount,
+            psp_reference: self.psp_reference.clone(),
+            last_event: self.last_event.clone(),
+        }
+    }
+}
+
+// ---- reads inside a transaction (the door uses these) -------------------------
+
+pub(crate) async fn order_in(tx: &mut Tx, payment_id: &str) -> Result<PaymentOrder, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {ORDER_COLS} FROM payment_orders WHERE id = $1"
+    ))
+    .bind(payment_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
+    order_from(&row)
+}
+
+pub(crate) async fn amounts_in(
+    tx: &mut Tx,
+    payment_id: &str,
+) -> Result<PaymentAmounts, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {AMOUNT_COLS} FROM payment_amounts WHERE payment_id = $1"
+    ))
+    .bind(payment_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("payment amounts", payment_id))?;
+    amounts_from(&row)
+}
+
+pub(crate) async fn latest_attempt_in(
+    tx: &mut Tx,
+    payment_id: &str,
+) -> Result<Option<PaymentAttempt>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE payment_id = $1 \
+         ORDER BY attempt_no DESC LIMIT 1"
+    ))
+    .bind(payment_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref().map(attempt_from).transpose()
+}
+
+pub(crate) async fn attempt_in(
+    tx: &mut Tx,
+    attempt_id: &str,
+) -> Result<PaymentAttempt, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE id = $1"
+    ))
+    .bind(attempt_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
+    attempt_from(&row)
+}
+
+pub(crate) async fn capture_in(tx: &mut Tx, capture_id: &str) -> Result<Capture, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {CAPTURE_COLS} FROM captures WHERE id = $1"
+    ))
+    .bind(capture_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("capture", capture_id))?;
+    capture_from(&row)
+}
+
+pub(crate) async fn refund_in(tx: &mut Tx, refund_id: &str) -> Result<Refund, StoreError> {
+    let row = sqlx::query(&format!("SELECT {REFUND_COLS} FROM refunds WHERE id = $1"))
+        .bind(refund_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("refund", refund_id))?;
+    refund_from(&row)
+}
+
+/// The history row for a command (as opposed to PSP evidence).
+pub(crate) fn command_kind(command: OrderCommand) -> &'static str {
+    match command {
+        OrderCommand::StartAttempt => "COMMAND_START_ATTEMPT",
+        OrderCommand::Cancel => "COMMAND_CANCEL",
+        OrderCommand::Expire => "COMMAND_EXPIRE",
+        OrderCommand::GiveUp => "COMMAND_GIVE_UP",
+    }
+}
+
+impl Store {
+    /// Create a payment order (state CREATED) and its amount row.
+    pub async fn create_payment(
+        &self,
+        new: &NewPayment,
+        provenance: &Provenance,
+    ) -> Result<PaymentOrder, StoreError> {
+        if new.amount.amount_minor <= 0 {
+            return Err(StoreError::Unapplicable(format!(
+                "payment amount must be positive, got {}",
+                new.amount.amount_minor
+            )));
+        }
+        let now = self.now_ms();
+        let order = PaymentOrder {
+            id: ids::payment(),
+            merchant_id: new.merchant_id.clone(),
+            merchant_order_no: new.merchant_order_no.clone(),
+            amount: new.amount,
+            capture_mode: new.capture_mode,
+            state: OrderState::Created,
+            version: 0,
+            payment_method_token: new.payment_method_token.clone(),
+            return_url: new.return_url.clone(),
+            description: new.description.clone(),
+            metadata: new.metadata.clone(),
+            fulfillment: new.fulfillment.clone(),
+            manual_review: false,
+            manual_review_reason: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let mut tx = self.begin_write().await?;
+        let inserted = insert_order(&mut tx, &order).await;
+        match inserted {
+            Ok(()) => {}
+            Err(e) if e.is_unique_violation() => {
+                return Err(StoreError::Conflict(format!(
+                    "merchant order number {:?} is already used",
+                    new.merchant_order_no
+                )))
+            }
+            Err(e) if e.db_is_fk_violation() => {
+                return Err(StoreError::not_found("merchant", &new.merchant_id))
+            }
+            Err(e) => return Err(e),
+        }
+        history::append(
+            &mut tx,
+            &NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "order",
+                aggregate_id: &order.id,
+                to_state: OrderState::Created.as_str(),
+                to_version: 0,
+                event_kind: "COMMAND_CREATE",
+                evidence_source: "command",
+                amount_minor: Some(order.amount.amount_minor),
+                currency: Some(order.amount.currency.as_str()),
+                decision: "applied",
+                reason: "payment created",
+                provenance: Some(provenance),
+                ..NewHistory::default()
+            },
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(order)
+    }
+
+    /// Start a new attempt on a payment. Allowed only when the order is open
+    /// and no earlier attempt is live (not FAILED or CANCELED): never while
+    /// one is UNKNOWN or in flight. The rule is the core's `decide_order`,
+    /// backed by a unique partial index in the database.
+    pub async fn create_attempt(
+        &self,
+        new: &NewAttempt,
+        provenance: &Provenance,
+    ) -> Result<PaymentAttempt, StoreError> {
+        let account = self
+            .get_connector_account(&new.connector_account_id, None)
+            .await?;
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            match self
+                .create_attempt_once(&mut tx, new, &account, provenance)
+                .await?
+            {
+                Step::Done(Ok(attempt)) => {
+                    tx.commit().await?;
+                    tracing::info!(
+                        payment_id = %attempt.payment_id,
+                        attempt_id = %attempt.id,
+                        adapter = %attempt.adapter,
+                        "attempt created"
+                    );
+                    return Ok(attempt);
+                }
+                Step::Done(Err(refusal)) => {
+                    // The refusal's history row is evidence: keep it.
+                    tx.commit().await?;
+                    return Err(refusal);
+                }
+                Step::Retry => {
+                    tx.rollback().await?;
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(tries) * 2))
+                        .await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "order",
+            id: new.payment_id.clone(),
+            tries: MAX_CAS_TRIES,
+        })
+    }
+
+    async fn create_attempt_once(
+        &self,
+        tx: &mut Tx,
+        new: &NewAttempt,
+        account: &ConnectorAccount,
+        provenance: &Provenance,
+    ) -> Result<Step<Result<PaymentAttempt, StoreError>>, StoreError> {
+        let order = order_in(tx, &new.payment_id).await?;
+        if account.merchant_id != order.merchant_id {
+            return Err(StoreError::not_found(
+                "connector account",
+                &new.connector_account_id,
+            ));
+        }
+        let amounts = amounts_in(tx, &order.id).await?;
+        let latest = latest_attempt_in(tx, &order.id).await?;
+        let decision = decide_order(
+            &order.snapshot(&amounts)?,
+            latest.as_ref().map(|a| a.state),
+            OrderCommand::StartAttempt,
+        );
+        let now = self.now_ms();
+        let Decision::Apply {
+            new_state, rule, ..
+        } = decision
+        else {
+            let refusal = refusal_error(&order, latest.as_ref(), &decision);
+            crate::door::record_order_refusal(
+                tx,
+                &order,
+                OrderCommand::StartAttempt,
+                &decision,
+                provenance,
+                now,
+            )
+            .await?;
+            return Ok(Step::Done(Err(refusal)));
+        };
+        let bumped = sqlx::query(
+            "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4 \
+             WHERE id = $1 AND version = $2",
+        )
+        .bind(&order.id)
+        .bind(order.version)
+        .bind(new_state.as_str())
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        if bumped.rows_affected() == 0 {
+            return Ok(Step::Retry);
+        }
+        let attempt_no = latest.as_ref().map_or(1, |a| a.attempt_no + 1);
+        let attempt = PaymentAttempt {
+            id: ids::attempt(),
+            payment_id: order.id.clone(),
+            attempt_no,
+            reference: ids::attempt_reference(&order.id, attempt_no),
+            adapter: account.adapter.clone(),
+            connector_account_id: account.id.clone(),
+            psp_reference: None,
+            amount: order.amount,
+            capture_mode: order.capture_mode,
+            payment_method_token: new
+                .payment_method_token
+                .clone()
+                .or_else(|| order.payment_method_token.clone()),
+            state: AttemptState::Created,
+            version: 0,
+            next_retry_time: new.next_retry_time,
+            retry_count: 0,
+            timeout_at: new.timeout_at,
+            expires_at: new.expires_at,
+            last_event: None,
+            next_action_url: None,
+            failure: None,
+            created_at: now,
+            updated_at: now,
+        };
+        if let Err(e) = insert_attempt(tx, &attempt).await {
+            if e.is_unique_violation() {
+                // The partial unique index is the last net behind decide_order.
+                return Err(StoreError::AttemptInFlight {
+                    payment_id: order.id.clone(),
+                    attempt_id: latest.map(|a| a.id).unwrap_or_default(),
+                    state: "live".into(),
+                });
+            }
+            return Err(e);
+        }
+        let order_version = order.version + 1;
+        for h in [
+            NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "order",
+                aggregate_id: &order.id,
+                from_state: Some(order.state.as_str()),
+                to_state: new_state.as_str(),
+                from_version: Some(order.version),
+                to_version: order_version,
+                event_kind: command_kind(OrderCommand::StartAttempt),
+                evidence_source: "command",
+                decision: "applied",
+                reason: rule,
+                provenance: Some(provenance),
+                ..NewHistory::default()
+            },
+            NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "attempt",
+                aggregate_id: &attempt.id,
+                to_state: AttemptState::Created.as_str(),
+                to_version: 0,
+                event_kind: command_kind(OrderCommand::StartAttempt),
+                evidence_source: "command",
+                amount_minor: Some(attempt.amount.amount_minor),
+                currency: Some(attempt.amount.currency.as_str()),
+                decision: "applied",
+                reason: "attempt created with a stable reference before any PSP call",
+                provenance: Some(provenance),
+                ..NewHistory::default()
+            },
+        ] {
+            history::append(tx, &h, now).await?;
+        }
+        Ok(Step::Done(Ok(attempt)))
+    }
+
+    /// A payment, scoped to a merchant when `merchant_id` is given.
+    pub async fn get_payment(
+        &self,
+        merchant_id: Option<&str>,
+        payment_id: &str,
+    ) -> Result<PaymentOrder, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {ORDER_COLS} FROM payment_orders \
+             WHERE id = $1 AND ($2 IS NULL OR merchant_id = $2)"
+        ))
+        .bind(payment_id)
+        .bind(merchant_id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
+        order_from(&row)
+    }
+
+    pub async fn get_payment_by_order_no(
+        &self,
+        merchant_id: &str,
+        merchant_order_no: &str,
+    ) -> Result<PaymentOrder, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {ORDER_COLS} FROM payment_orders \
+             WHERE merchant_id = $1 AND merchant_order_no = $2"
+        ))
+        .bind(merchant_id)
+        .bind(merchant_order_no)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("payment", merchant_order_no))?;
+        order_from(&row)
+    }
+
+    /// A merchant's payments, newest first. `cursor` is the `next_cursor` of
+    /// the previous page.
+    pub async fn list_payments(
+        &self,
+        merchant_id: &str,
+        limit: i64,
+        cursor: Option<&str>,
+    ) -> Result<Page<PaymentOrder>, StoreError> {
+        let limit = limit.clamp(1, 200);
+        let rows = sqlx::query(&format!(
+            "SELECT {ORDER_COLS} FROM payment_orders \
+             WHERE merchant_id = $1 AND ($2 IS NULL OR id < $2) \
+             ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(merchant_id)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows.iter().map(order_from).collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() as i64 > limit {
+            items.truncate(limit as usize);
+            items.last().map(|o| o.id.clone())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    pub async fn payment_amounts(&self, payment_id: &str) -> Result<PaymentAmounts, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {AMOUNT_COLS} FROM payment_amounts WHERE payment_id = $1"
+        ))
+        .bind(payment_id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("payment amounts", payment_id))?;
+        amounts_from(&row)
+    }
+
+    /// Order, amounts, attempts, captures and refunds read in one transaction.
+    pub async fn payment_details(
+        &self,
+        merchant_id: Option<&str>,
+        payment_id: &str,
+    ) -> Result<PaymentDetails, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let order = order_in(&mut tx, payment_id).await?;
+        if merchant_id.is_some_and(|m| m != order.merchant_id) {
+            return Err(StoreError::not_found("payment", payment_id));
+        }
+        let amounts = amounts_in(&mut tx, payment_id).await?;
+        let attempts = fetch_all(
+            &mut tx,
+            ATTEMPT_COLS,
+            "payment_attempts",
+            "attempt_no",
+            payment_id,
+        )
+        .await?
+        .iter()
+        .map(attempt_from)
+        .collect::<Result<_, _>>()?;
+        let captures = fetch_all(
+            &mut tx,
+            CAPTURE_COLS,
+            "captures",
+            "created_at, id",
+            payment_id,
+        )
+        .await?
+        .iter()
+        .map(capture_from)
+        .collect::<Result<_, _>>()?;
+        let refunds = fetch_all(
+            &mut tx,
+            REFUND_COLS,
+            "refunds",
+            "created_at, id",
+            payment_id,
+        )
+        .await?
+        .iter()
+        .map(refund_from)
+        .collect::<Result<_, _>>()?;
+        tx.commit().await?;
+        Ok(PaymentDetails {
+            order,
+            amounts,
+            attempts,
+            captures,
+            refunds,
+        })
+    }
+
+    pub async fn list_attempts(&self, payment_id: &str) -> Result<Vec<PaymentAttempt>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE payment_id = $1 ORDER BY attempt_no"
+        ))
+        .bind(payment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(attempt_from).collect()
+    }
+
+    pub async fn list_captures(&self, payment_id: &str) -> Result<Vec<Capture>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {CAPTURE_COLS} FROM captures WHERE payment_id = $1 ORDER BY created_at, id"
+        ))
+        .bind(payment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(capture_from).collect()
+    }
+
+    pub async fn list_refunds(&self, payment_id: &str) -> Result<Vec<Refund>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {REFUND_COLS} FROM refunds WHERE payment_id = $1 ORDER BY created_at, id"
+        ))
+        .bind(payment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(refund_from).collect()
+    }
+
+    pub async fn get_attempt(&self, attempt_id: &str) -> Result<PaymentAttempt, StoreError> {
+        self.one(
+            ATTEMPT_COLS,
+            "payment_attempts",
+            "id",
+            attempt_id,
+            "attempt",
+            attempt_from,
+        )
+        .await
+    }
+
+    pub async fn get_attempt_by_reference(
+        &self,
+        reference: &str,
+    ) -> Result<PaymentAttempt, StoreError> {
+        self.one(
+            ATTEMPT_COLS,
+            "payment_attempts",
+            "reference",
+            reference,
+            "attempt",
+            attempt_from,
+        )
+        .await
+    }
+
+    pub async fn get_capture(&self, capture_id: &str) -> Result<Capture, StoreError> {
+        self.one(
+            CAPTURE_COLS,
+            "captures",
+            "id",
+            capture_id,
+            "capture",
+            capture_from,
+        )
+        .await
+    }
+
+    pub async fn get_capture_by_reference(&self, reference: &str) -> Result<Capture, StoreError> {
+        self.one(
+            CAPTURE_COLS,
+            "captures",
+            "reference",
+            reference,
+            "capture",
+            capture_from,
+        )
+        .await
+    }
+
+    pub async fn get_refund(&self, refund_id: &str) -> Result<Refund, StoreError> {
+        self.one(
+            REFUND_COLS,
+            "refunds",
+            "id",
+            refund_id,
+            "refund",
+            refund_from,
+        )
+        .await
+    }
+
+    pub async fn get_refund_by_reference(&self, reference: &str) -> Result<Refund, StoreError> {
+        self.one(
+            REFUND_COLS,
+            "refunds",
+            "reference",
+            reference,
+            "refund",
+            refund_from,
+        )
+        .await
+    }
+
+    /// Non-terminal attempts whose `next_retry_time` has come, in scan order,
+    /// after `cursor` (per-round cursors keep one slow row from starving the rest).
+    /// Served by the partial index `payment_attempts_scan`.
+    pub async fn due_attempts(
+        &self,
+        now: i64,
+        limit: i64,
+        cursor: Option<&ScanCursor>,
+    ) -> Result<Vec<PaymentAttempt>, StoreError> {
+        let rows = self
+            .scan(
+                ATTEMPT_COLS,
+                "payment_attempts",
+                "'SUCCEEDED', 'FAILED', 'CANCELED'",
+                now,
+                limit,
+                cursor,
+            )
+            .await?;
+        rows.iter().map(attempt_from).collect()
+    }
+
+    /// Non-terminal refunds due for recovery (partial index `refunds_scan`).
+    pub async fn due_refunds(
+        &self,
+        now: i64,
+        limit: i64,
+        cursor: Option<&ScanCursor>,
+    ) -> Result<Vec<Refund>, StoreError> {
+        let rows = self
+            .scan(
+                REFUND_COLS,
+                "refunds",
+                "'SUCCEEDED', 'FAILED', 'CANCELED'",
+                now,
+                limit,
+                cursor,
+            )
+            .await?;
+        rows.iter().map(refund_from).collect()
+    }
+
+    /// Non-terminal captures due for recovery (partial index `captures_scan`).
+    pub async fn due_captures(
+        &self,
+        now: i64,
+        limit: i64,
+        cursor: Option<&ScanCursor>,
+    ) -> Result<Vec<Capture>, StoreError> {
+        let rows = self
+            .scan(
+                CAPTURE_COLS,
+                "captures",
+                "'SUCCEEDED', 'FAILED'",
+                now,
+                limit,
+                cursor,
+            )
+            .await?;
+        rows.iter().map(capture_from).collect()
+    }
+
+    /// Scheduling bookkeeping after a recovery round that learned nothing new:
+    /// next look at `next_retry_time`, one more retry counted. Not a state
+    /// change; refused once the row is terminal.
+    pub async fn reschedule(
+        &self,
+        kind: Rescheduled,
+        id: &str,
+        next_retry_time: i64,
+    ) -> Result<(), StoreError> {
+        let (table, terminal) = match kind {
+            Rescheduled::Attempt => ("payment_attempts", "'SUCCEEDED', 'FAILED', 'CANCELED'"),
+            Rescheduled::Refund => ("refunds", "'SUCCEEDED', 'FAILED', 'CANCELED'"),
+            Rescheduled::Capture => ("captures", "'SUCCEEDED', 'FAILED'"),
+        };
+        let done = sqlx::query(&format!(
+            "UPDATE {table} SET next_retry_time = $2, retry_count = retry_count + 1 \
+             WHERE id = $1 AND state NOT IN ({terminal})"
+        ))
+        .bind(id)
+        .bind(next_retry_time)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::not_found("non-terminal row", id));
+        }
+        Ok(())
+    }
+
+    async fn scan(
+        &self,
+        cols: &str,
+        table: &str,
+        terminal: &str,
+        now: i64,
+        limit: i64,
+        cursor: Option<&ScanCursor>,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        // The predicate repeats the partial index's own text so both planners use it.
+        let sql = format!(
+            "SELECT {cols} FROM {table} \
+             WHERE state NOT IN ({terminal}) AND next_retry_time <= $1 \
+               AND ($2 IS NULL OR next_retry_time > $2 OR (next_retry_time = $2 AND id > $3)) \
+             ORDER BY next_retry_time, id LIMIT $4"
+        );
+        Ok(sqlx::query(&sql)
+            .bind(now)
+            .bind(cursor.map(|c| c.next_retry_time))
+            .bind(cursor.map(|c| c.id.as_str()).unwrap_or(""))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn one<T>(
+        &self,
+        cols: &str,
+        table: &str,
+        key_col: &str,
+        key: &str,
+        entity: &'static str,
+        decode: fn(&AnyRow) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let row = sqlx::query(&format!("SELECT {cols} FROM {table} WHERE {key_col} = $1"))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::not_found(entity, key))?;
+        decode(&row)
+    }
+}
+
+/// Which kind of row [`Store::reschedule`] moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rescheduled {
+    Attempt,
+    Refund,
+    Capture,
+}
+
+async fn fetch_all(
+    tx: &mut Tx,
+    cols: &str,
+    table: &str,
+    order_by: &str,
+    payment_id: &str,
+) -> Result<Vec<AnyRow>, StoreError> {
+    Ok(sqlx::query(&format!(
+        "SELECT {cols} FROM {table} WHERE payment_id = $1 ORDER BY {order_by}"
+    ))
+    .bind(payment_id)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+fn refusal_error<S>(
+    order: &PaymentOrder,
+    latest: Option<&PaymentAttempt>,
+    decision: &Decision<S>,
+) -> StoreError {
+    match (decision, latest) {
+        (Decision::Reject(RejectReason::AttemptInFlight(state)), Some(attempt)) => {
+            StoreError::AttemptInFlight {
+                payment_id: order.id.clone(),
+                attempt_id: attempt.id.clone(),
+                state: state.to_string(),
+            }
+        }
+        _ => StoreError::InvalidState {
+            entity: "payment",
+            id: order.id.clone(),
+            state: order.state.to_string(),
+            reason: decision.explain(),
+        },
+    }
+}
+
+async fn insert_order(tx: &mut Tx, order: &PaymentOrder) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO payment_orders (id, merchant_id, merchant_order_no, amount_minor, currency, \
+            capture_mode, state, version, payment_method_token, return_url, description, \
+            metadata_json, biz_key, fulfillment_deadline, fulfillment_mode, fulfillment_state, \
+            manual_review, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 0, $17, $17)",
+    )
+    .bind(&order.id)
+    .bind(&order.merchant_id)
+    .bind(&order.merchant_order_no)
+    .bind(order.amount.amount_minor)
+    .bind(order.amount.currency.as_str())
+    .bind(order.capture_mode.as_str())
+    .bind(order.state.as_str())
+    .bind(order.version)
+    .bind(order.payment_method_token.as_deref())
+    .bind(order.return_url.as_deref())
+    .bind(order.description.as_deref())
+    .bind(order.metadata.to_string())
+    .bind(order.fulfillment.biz_key.as_deref())
+    .bind(order.fulfillment.deadline)
+    .bind(order.fulfillment.mode.as_deref())
+    .bind(order.fulfillment.state.as_deref())
+    .bind(order.created_at)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO payment_amounts (payment_id, currency, amount_minor) VALUES ($1, $2, $3)",
+    )
+    .bind(&order.id)
+    .bind(order.amount.currency.as_str())
+    .bind(order.amount.amount_minor)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_attempt(tx: &mut Tx, a: &PaymentAttempt) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO payment_attempts (id, payment_id, attempt_no, reference, adapter, \
+            connector_account_id, amount_minor, currency, capture_mode, payment_method_token, \
+            state, version, next_retry_time, retry_count, timeout_at, expires_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15, $16, $16)",
+    )
+    .bind(&a.id)
+    .bind(&a.payment_id)
+    .bind(a.attempt_no)
+    .bind(&a.reference)
+    .bind(&a.adapter)
+    .bind(&a.connector_account_id)
+    .bind(a.amount.amount_minor)
+    .bind(a.amount.currency.as_str())
+    .bind(a.capture_mode.as_str())
+    .bind(a.payment_method_token.as_deref())
+    .bind(a.state.as_str())
+    .bind(a.version)
+    .bind(a.next_retry_time)
+    .bind(a.timeout_at)
+    .bind(a.expires_at)
+    .bind(a.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

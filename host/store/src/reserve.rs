@@ -1,0 +1,428 @@
+//! Reservations: a refund or capture first reserves its amount with ONE
+//! conditional UPDATE, before any PSP call. Only if that update touched a row
+//! is the refund or capture row inserted, in the same transaction, with its
+//! history row and outbox event. Settling and releasing happen later through
+//! the door, when the PSP's answer arrives (success settles, definitive
+//! failure releases, unknown keeps the reservation).
+
+use crate::db::Tx;
+use crate::history::{self, NewHistory, Provenance};
+use crate::outbox::{self, NewOutboxEvent};
+use crate::payments::{
+    amounts_in, attempt_from, order_in, Capture, PaymentAmounts, PaymentAttempt, PaymentOrder,
+    Refund, ATTEMPT_COLS,
+};
+use crate::{ids, Store, StoreError};
+use sluice_core::{
+    request_capture, request_refund, AmountError, AttemptState, CaptureState, Money, RefundState,
+    RequestRefused,
+};
+use sqlx::Row;
+
+/// A merchant's refund request.
+#[derive(Debug, Clone)]
+pub struct RefundRequest {
+    pub payment_id: String,
+    /// Scope the request to this merchant (client requests); None for internal callers.
+    pub merchant_id: Option<String>,
+    pub amount: Money,
+    pub reason: Option<String>,
+}
+
+/// A merchant's capture request (manual capture).
+#[derive(Debug, Clone)]
+pub struct CaptureRequest {
+    pub payment_id: String,
+    pub merchant_id: Option<String>,
+    pub amount: Money,
+}
+
+/// A committed reservation and the row it created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation<T> {
+    pub record: T,
+    pub payment_version: i64,
+    pub history_id: i64,
+    pub outbox_event_id: String,
+}
+
+/// Outbox event types of the reservation commands (not PSP outcomes, so
+/// not in the core's `OutboxEvent`).
+pub const REFUND_REQUESTED: &str = "refund.requested";
+pub const CAPTURE_REQUESTED: &str = "capture.requested";
+
+impl Store {
+    /// Reserve `amount` of a succeeded payment for a refund and create the
+    /// refund (state CREATED) with a stable reference for the PSP call.
+    pub async fn reserve_refund(
+        &self,
+        request: &RefundRequest,
+        provenance: &Provenance,
+    ) -> Result<Reservation<Refund>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let (order, amounts) =
+            scoped_order(&mut tx, &request.payment_id, request.merchant_id.as_deref()).await?;
+        request_refund(&order.snapshot(&amounts)?, request.amount)
+            .map_err(|e| refused(&order, &amounts, e))?;
+        let attempt = succeeded_attempt(&mut tx, &order).await?;
+        let amount = request.amount.amount_minor;
+        // The one conditional UPDATE that decides who gets the money.
+        let reserved = sqlx::query(
+            "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
+             WHERE payment_id = $1 AND captured_minor - refunded_minor - refund_reserved_minor >= $2",
+        )
+        .bind(&order.id)
+        .bind(amount)
+        .execute(&mut *tx)
+        .await?;
+        if reserved.rows_affected() == 0 {
+            let now_amounts = amounts_in(&mut tx, &order.id).await?;
+            return Err(StoreError::InsufficientRefundable {
+                requested: amount,
+                available: now_amounts.refundable_minor(),
+            });
+        }
+        let now = self.now_ms();
+        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
+        let refund = Refund {
+            id: ids::refund(),
+            payment_id: order.id.clone(),
+            attempt_id: attempt.id.clone(),
+            reference: ids::refund_reference(),
+            adapter: attempt.adapter.clone(),
+            psp_reference: None,
+            amount: request.amount,
+            reason: request.reason.clone(),
+            state: RefundState::Created,
+            version: 0,
+            next_retry_time: None,
+            retry_count: 0,
+            last_event: None,
+            failure: None,
+            created_at: now,
+            updated_at: now,
+        };
+        sqlx::query(
+            "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
+                currency, reason, state, version, retry_count, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $10)",
+        )
+        .bind(&refund.id)
+        .bind(&refund.payment_id)
+        .bind(&refund.attempt_id)
+        .bind(&refund.reference)
+        .bind(&refund.adapter)
+        .bind(amount)
+        .bind(refund.amount.currency.as_str())
+        .bind(refund.reason.as_deref())
+        .bind(refund.state.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let reason = format!(
+            "refund of {amount} reserved before any PSP call (refundable was {})",
+            amounts.refundable_minor()
+        );
+        let (history_id, outbox_event_id) = record_creation(
+            &mut tx,
+            Creation {
+                order: &order,
+                aggregate_type: "refund",
+                aggregate_id: &refund.id,
+                reference: &refund.reference,
+                state: refund.state.as_str(),
+                amount: refund.amount,
+                event_kind: "COMMAND_REFUND",
+                event_type: REFUND_REQUESTED,
+                reason: &reason,
+                payment_version,
+                provenance,
+            },
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(payment_id = %order.id, refund_id = %refund.id, amount, "refund reserved");
+        Ok(Reservation {
+            record: refund,
+            payment_version,
+            history_id,
+            outbox_event_id,
+        })
+    }
+
+    /// Reserve `amount` of an authorization for a capture and create the
+    /// capture (state CREATED) with a stable reference for the PSP call.
+    pub async fn reserve_capture(
+        &self,
+        request: &CaptureRequest,
+        provenance: &Provenance,
+    ) -> Result<Reservation<Capture>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let (order, amounts) =
+            scoped_order(&mut tx, &request.payment_id, request.merchant_id.as_deref()).await?;
+        let attempt = latest_live_attempt(&mut tx, &order).await?;
+        request_capture(
+            &order.snapshot(&amounts)?,
+            &attempt.snapshot(),
+            request.amount,
+        )
+        .map_err(|e| refused(&order, &amounts, e))?;
+        let amount = request.amount.amount_minor;
+        let reserved = sqlx::query(
+            "UPDATE payment_amounts SET capture_reserved_minor = capture_reserved_minor + $2 \
+             WHERE payment_id = $1 \
+               AND authorized_minor - captured_minor - capture_reserved_minor >= $2",
+        )
+        .bind(&order.id)
+        .bind(amount)
+        .execute(&mut *tx)
+        .await?;
+        if reserved.rows_affected() == 0 {
+            let now_amounts = amounts_in(&mut tx, &order.id).await?;
+            return Err(StoreError::InsufficientCapturable {
+                requested: amount,
+                available: now_amounts.capturable_minor(),
+            });
+        }
+        let now = self.now_ms();
+        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
+        let capture = Capture {
+            id: ids::capture(),
+            payment_id: order.id.clone(),
+            attempt_id: attempt.id.clone(),
+            reference: ids::capture_reference(),
+            adapter: attempt.adapter.clone(),
+            psp_reference: None,
+            amount: request.amount,
+            state: CaptureState::Created,
+            version: 0,
+            next_retry_time: None,
+            retry_count: 0,
+            last_event: None,
+            failure: None,
+            created_at: now,
+            updated_at: now,
+        };
+        sqlx::query(
+            "INSERT INTO captures (id, payment_id, attempt_id, reference, adapter, amount_minor, \
+                currency, state, version, retry_count, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, $9, $9)",
+        )
+        .bind(&capture.id)
+        .bind(&capture.payment_id)
+        .bind(&capture.attempt_id)
+        .bind(&capture.reference)
+        .bind(&capture.adapter)
+        .bind(amount)
+        .bind(capture.amount.currency.as_str())
+        .bind(capture.state.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let reason = format!(
+            "capture of {amount} reserved before any PSP call (capturable was {})",
+            amounts.capturable_minor()
+        );
+        let (history_id, outbox_event_id) = record_creation(
+            &mut tx,
+            Creation {
+                order: &order,
+                aggregate_type: "capture",
+                aggregate_id: &capture.id,
+                reference: &capture.reference,
+                state: capture.state.as_str(),
+                amount: capture.amount,
+                event_kind: "COMMAND_CAPTURE",
+                event_type: CAPTURE_REQUESTED,
+                reason: &reason,
+                payment_version,
+                provenance,
+            },
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(payment_id = %order.id, capture_id = %capture.id, amount, "capture reserved");
+        Ok(Reservation {
+            record: capture,
+            payment_version,
+            history_id,
+            outbox_event_id,
+        })
+    }
+}
+
+async fn scoped_order(
+    tx: &mut Tx,
+    payment_id: &str,
+    merchant_id: Option<&str>,
+) -> Result<(PaymentOrder, PaymentAmounts), StoreError> {
+    let order = order_in(tx, payment_id).await?;
+    if merchant_id.is_some_and(|m| m != order.merchant_id) {
+        return Err(StoreError::not_found("payment", payment_id));
+    }
+    let amounts = amounts_in(tx, payment_id).await?;
+    Ok((order, amounts))
+}
+
+fn refused(order: &PaymentOrder, amounts: &PaymentAmounts, e: RequestRefused) -> StoreError {
+    match e {
+        RequestRefused::Amount(AmountError::ExceedsRefundable {
+            requested,
+            available,
+        }) => StoreError::InsufficientRefundable {
+            requested,
+            available,
+        },
+        RequestRefused::Amount(AmountError::ExceedsCapturable {
+            requested,
+            available,
+        }) => StoreError::InsufficientCapturable {
+            requested,
+            available,
+        },
+        RequestRefused::Amount(AmountError::NotPositive(_)) | RequestRefused::Money(_) => {
+            StoreError::InvalidRequest(e.to_string())
+        }
+        other => StoreError::InvalidState {
+            entity: "payment",
+            id: order.id.clone(),
+            state: order.state.to_string(),
+            reason: format!(
+                "{other} (refundable {}, capturable {})",
+                amounts.refundable_minor(),
+                amounts.capturable_minor()
+            ),
+        },
+    }
+}
+
+/// The attempt that took the money (at most one per payment).
+async fn succeeded_attempt(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+) -> Result<PaymentAttempt, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE payment_id = $1 AND state = $2"
+    ))
+    .bind(&order.id)
+    .bind(AttemptState::Succeeded.as_str())
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::InvalidState {
+        entity: "payment",
+        id: order.id.clone(),
+        state: order.state.to_string(),
+        reason: "no attempt of this payment succeeded".into(),
+    })?;
+    attempt_from(&row)
+}
+
+/// The one live attempt of a payment (the partial unique index allows at most one).
+async fn latest_live_attempt(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+) -> Result<PaymentAttempt, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts \
+         WHERE payment_id = $1 AND state NOT IN ('FAILED', 'CANCELED')"
+    ))
+    .bind(&order.id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::InvalidState {
+        entity: "payment",
+        id: order.id.clone(),
+        state: order.state.to_string(),
+        reason: "no authorized attempt to capture".into(),
+    })?;
+    attempt_from(&row)
+}
+
+/// Every change to a payment moves its version; concurrent deciders re-read.
+async fn bump_payment_version(tx: &mut Tx, payment_id: &str, now: i64) -> Result<i64, StoreError> {
+    let row = sqlx::query(
+        "UPDATE payment_orders SET version = version + 1, updated_at = $2 WHERE id = $1 \
+         RETURNING version",
+    )
+    .bind(payment_id)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(row.try_get::<i64, _>("version")?)
+}
+
+struct Creation<'a> {
+    order: &'a PaymentOrder,
+    aggregate_type: &'a str,
+    aggregate_id: &'a str,
+    reference: &'a str,
+    state: &'a str,
+    amount: Money,
+    event_kind: &'a str,
+    event_type: &'a str,
+    reason: &'a str,
+    payment_version: i64,
+    provenance: &'a Provenance,
+}
+
+async fn record_creation(
+    tx: &mut Tx,
+    c: Creation<'_>,
+    now: i64,
+) -> Result<(i64, String), StoreError> {
+    let history_id = history::append(
+        tx,
+        &NewHistory {
+            payment_id: &c.order.id,
+            aggregate_type: c.aggregate_type,
+            aggregate_id: c.aggregate_id,
+            to_state: c.state,
+            to_version: 0,
+            event_kind: c.event_kind,
+            evidence_source: "command",
+            amount_minor: Some(c.amount.amount_minor),
+            currency: Some(c.amount.currency.as_str()),
+            decision: "applied",
+            reason: c.reason,
+            provenance: Some(c.provenance),
+            ..NewHistory::default()
+        },
+        now,
+    )
+    .await?;
+    let payload = serde_json::json!({
+        "type": c.event_type,
+        "payment_id": c.order.id,
+        "merchant_id": c.order.merchant_id,
+        "merchant_order_no": c.order.merchant_order_no,
+        "payment_version": c.payment_version,
+        "order_state": c.order.state.as_str(),
+        "amount_minor": c.amount.amount_minor,
+        "currency": c.amount.currency.as_str(),
+        "aggregate": {
+            "type": c.aggregate_type,
+            "id": c.aggregate_id,
+            "state": c.state,
+            "reference": c.reference,
+        },
+        "dedupe_key": format!("{}:{}", c.event_type, c.aggregate_id),
+        "occurred_at": now,
+    });
+    let outbox_event_id = outbox::insert(
+        tx,
+        &NewOutboxEvent {
+            event_type: c.event_type,
+            payment_id: &c.order.id,
+            merchant_id: &c.order.merchant_id,
+            aggregate_type: c.aggregate_type,
+            aggregate_id: c.aggregate_id,
+            payment_version: c.payment_version,
+            payload,
+        },
+        now,
+    )
+    .await?;
+    Ok((history_id, outbox_event_id))
+}

@@ -1,0 +1,10 @@
+//! Store tests. Every test runs twice: `<name>::on_sqlite` and `<name>::on_postgres`.
+
+#[macro_use]
+pub mod common;
+
+mod door;
+mod money;
+mod queues;
+mod schema;
+mod tenants;

@@ -1,0 +1,165 @@
+//! Amount reservations and the database's money invariants (seed 001 §6, §12 C).
+
+use crate::common::*;
+use sluice_core::{EventKind, EvidenceSource, Failure, FailureCategory, RefundState};
+use sluice_store::{DecisionKind, RefundRequest, StoreError};
+
+fn refund_request(payment_id: &str, amount: i64) -> RefundRequest {
+    RefundRequest {
+        payment_id: payment_id.to_owned(),
+        merchant_id: None,
+        amount: eur(amount),
+        reason: Some("requested_by_customer".into()),
+    }
+}
+
+dual_test! {
+    /// Seed 001 §12 C: captured 100, two concurrent refunds of 70.
+    async fn two_concurrent_refunds_of_70_on_a_capture_of_100_reserve_exactly_once(db) {
+        let store = &db.store;
+        let other = db.second_store().await;
+        let fx = Fixture::new(store).await;
+        for round in 0..6 {
+            let (payment, _) = fx.succeeded(store, &format!("C-{round}"), 100).await;
+            let first = refund_request(&payment.id, 70);
+            let second = refund_request(&payment.id, 70);
+            let provenance = sys();
+            let (a, b) = tokio::join!(
+                store.reserve_refund(&first, &provenance),
+                other.reserve_refund(&second, &provenance),
+            );
+            let wins = [&a, &b].iter().filter(|r| r.is_ok()).count();
+            assert_eq!(wins, 1, "round {round}: {a:?} / {b:?}");
+            let loser = if a.is_ok() { b } else { a };
+            assert!(
+                matches!(loser, Err(StoreError::InsufficientRefundable { requested: 70, available: 30 })),
+                "round {round}: {loser:?}"
+            );
+            let amounts = store.payment_amounts(&payment.id).await.unwrap();
+            assert_eq!((amounts.refund_reserved_minor, amounts.refunded_minor), (70, 0));
+            assert_eq!(store.list_refunds(&payment.id).await.unwrap().len(), 1);
+            let requested = store
+                .outbox_for_payment(&payment.id)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|m| m.event_type == "refund.requested")
+                .count();
+            assert_eq!(requested, 1);
+        }
+    }
+}
+
+dual_test! {
+    /// Success settles the reservation, a definitive failure releases it, an
+    /// unknown outcome keeps it and schedules a query.
+    async fn refunds_settle_on_success_release_on_failure_and_stay_reserved_while_unknown(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "RF-1", 100).await;
+
+        let first = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
+        assert_eq!(first.record.state, RefundState::Created);
+        let mut ok = event(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
+        ok.psp_reference = Some("re_1".into());
+        ok.amount = Some(eur(30));
+        let settled = store.apply_event(&on_refund(&first.record.reference, ok)).await.unwrap();
+        assert_eq!(settled.to_state, "SUCCEEDED");
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.refunded_minor, amounts.refund_reserved_minor), (30, 0));
+
+        let second = store.reserve_refund(&refund_request(&payment.id, 50), &sys()).await.unwrap();
+        let unknown = store
+            .apply_event(&on_refund(&second.record.reference, event(EventKind::RefundUnknown, EvidenceSource::SyncResponse)))
+            .await
+            .unwrap();
+        assert_eq!(unknown.to_state, "UNKNOWN");
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!(amounts.refund_reserved_minor, 50, "unknown keeps the reservation");
+        assert!(store.get_refund(&second.record.id).await.unwrap().next_retry_time.is_some());
+        let due = store.due_refunds(db.clock.now_ms() + 60_000, 10, None).await.unwrap();
+        assert_eq!(due.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec![second.record.id.as_str()]);
+
+        let mut ko = event(EventKind::RefundFailed, EvidenceSource::Webhook);
+        ko.provider_event_id = Some("evt_rf_ko".into());
+        ko.failure = Some(Failure { category: FailureCategory::Declined, code: "expired_card".into(), message: "".into() });
+        ko.action_reference = Some(second.record.reference.clone());
+        let released = store
+            .apply_event(&sluice_store::ApplyEvent {
+                target: sluice_store::EventTarget::FromEvent { adapter: "sandbox".into() },
+                event: ko,
+                provenance: adapter_provenance(),
+                inbox_id: None,
+                next_retry_time: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(released.to_state, "FAILED");
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.refunded_minor, amounts.refund_reserved_minor), (30, 0));
+        assert!(store.due_refunds(db.clock.now_ms() + 60_000, 10, None).await.unwrap().is_empty());
+
+        let third = store.reserve_refund(&refund_request(&payment.id, 70), &sys()).await.unwrap();
+        let too_much = store.reserve_refund(&refund_request(&payment.id, 1), &sys()).await;
+        assert!(matches!(too_much, Err(StoreError::InsufficientRefundable { available: 0, .. })), "{too_much:?}");
+        let canceled = store.cancel_unsent_refund(&third.record.reference, &sys()).await.unwrap();
+        assert_eq!(canceled.decision, DecisionKind::Applied);
+        assert_eq!(canceled.to_state, "CANCELED");
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.captured_minor, amounts.refunded_minor, amounts.refund_reserved_minor), (100, 30, 0));
+        let types: Vec<String> = store.outbox_for_payment(&payment.id).await.unwrap().into_iter().map(|m| m.event_type).collect();
+        assert_eq!(
+            types,
+            vec!["payment.succeeded", "refund.requested", "refund.succeeded", "refund.requested", "refund.failed", "refund.requested"]
+        );
+    }
+}
+
+dual_test! {
+    async fn a_refund_of_an_unpaid_payment_or_in_another_currency_is_refused_without_writing(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (unpaid, _) = fx.submitted(store, "RF-2", 100, sluice_core::CaptureMode::Automatic).await;
+        let refused = store.reserve_refund(&refund_request(&unpaid.id, 10), &sys()).await;
+        assert!(matches!(refused, Err(StoreError::InvalidState { .. })), "{refused:?}");
+        let (paid, _) = fx.succeeded(store, "RF-3", 100).await;
+        let usd = sluice_core::Money { amount_minor: 10, currency: sluice_core::Currency::parse("USD").unwrap() };
+        let wrong = store
+            .reserve_refund(&RefundRequest { payment_id: paid.id.clone(), merchant_id: None, amount: usd, reason: None }, &sys())
+            .await;
+        assert!(matches!(wrong, Err(StoreError::InvalidRequest(_))), "{wrong:?}");
+        let foreign = store
+            .reserve_refund(&RefundRequest { merchant_id: Some("mer_other".into()), ..refund_request(&paid.id, 10) }, &sys())
+            .await;
+        assert!(matches!(foreign, Err(StoreError::NotFound { .. })), "{foreign:?}");
+        assert!(store.list_refunds(&paid.id).await.unwrap().is_empty());
+        assert_eq!(store.payment_amounts(&paid.id).await.unwrap().refund_reserved_minor, 0);
+    }
+}
+
+dual_test! {
+    async fn the_amount_checks_refuse_a_raw_over_refund_and_an_over_capture(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "CK-1", 100).await;
+        for sql in [
+            "UPDATE payment_amounts SET refunded_minor = 101 WHERE payment_id = $1",
+            "UPDATE payment_amounts SET refunded_minor = 60, refund_reserved_minor = 41 WHERE payment_id = $1",
+            "UPDATE payment_amounts SET refund_reserved_minor = -1 WHERE payment_id = $1",
+            "UPDATE payment_amounts SET captured_minor = 101 WHERE payment_id = $1",
+            "UPDATE payment_amounts SET authorized_minor = 200, captured_minor = 200 WHERE payment_id = $1",
+        ] {
+            let refused = sqlx::query(sql).bind(&payment.id).execute(store.pool()).await;
+            let err = StoreError::from(refused.expect_err(sql));
+            assert!(err.is_check_violation(), "{sql}: {err}");
+        }
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.captured_minor, amounts.refunded_minor, amounts.refund_reserved_minor), (100, 0, 0));
+        // The legal edge is accepted: refunded + reserved == captured.
+        sqlx::query("UPDATE payment_amounts SET refunded_minor = 60, refund_reserved_minor = 40 WHERE payment_id = $1")
+            .bind(&payment.id)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+}

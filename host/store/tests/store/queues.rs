@@ -1,0 +1,130 @@
+//! The inbox, the outbox and merchant idempotency keys as work queues.
+
+use crate::common::*;
+use sluice_store::{IdempotencyBegin, InboxInsert, NewInboxEvent, StoreError};
+
+fn inbox_event(account: &str, id: &str) -> NewInboxEvent {
+    NewInboxEvent {
+        adapter: "sandbox".into(),
+        connector_account_id: account.to_owned(),
+        provider_event_id: id.to_owned(),
+        payload_digest: format!("sha256:{id}"),
+        event: serde_json::json!({"kind": "PAYMENT_SUCCEEDED"}),
+    }
+}
+
+dual_test! {
+    async fn inbox_entries_are_claimed_once_retried_when_failed_and_quarantined_when_poisonous(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let InboxInsert::Inserted { id } = store.inbox_insert(&inbox_event(&fx.account.id, &format!("evt_{n}"))).await.unwrap() else {
+                panic!("fresh event must be inserted");
+            };
+            ids.push(id);
+        }
+        let dup = store.inbox_insert(&inbox_event(&fx.account.id, "evt_0")).await.unwrap();
+        assert_eq!(dup, InboxInsert::Duplicate { id: ids[0].clone(), status: "pending".into() });
+        // The same provider event id on another connector account is another event.
+        let other = store.inbox_insert(&NewInboxEvent { connector_account_id: "ca_other".into(), ..inbox_event(&fx.account.id, "evt_0") }).await.unwrap();
+        assert!(matches!(other, InboxInsert::Inserted { .. }));
+
+        let claimed = store.inbox_claim(3, 30_000).await.unwrap();
+        assert_eq!(claimed.len(), 3);
+        assert!(claimed.iter().all(|e| e.status == "processing" && e.attempts == 1));
+        assert_eq!(store.inbox_claim(10, 30_000).await.unwrap().len(), 1, "claimed rows are not handed out twice");
+
+        store.inbox_mark_processed(&ids[0]).await.unwrap();
+        store.inbox_mark_failed(&ids[1], "adapter trapped", db.clock.now_ms() + 1_000).await.unwrap();
+        store.inbox_quarantine(&ids[2], "event names no known attempt").await.unwrap();
+        assert!(store.inbox_claim(10, 30_000).await.unwrap().is_empty());
+        db.clock.advance(1_000);
+        let retried = store.inbox_claim(10, 30_000).await.unwrap();
+        assert_eq!(retried.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec![ids[1].as_str()]);
+        assert_eq!(retried[0].attempts, 2);
+        assert_eq!(retried[0].last_error.as_deref(), Some("adapter trapped"));
+
+        // A claimer that died: its lease runs out and the row comes back.
+        db.clock.advance(31_000);
+        let reclaimed = store.inbox_claim(10, 30_000).await.unwrap();
+        assert_eq!(reclaimed.len(), 2);
+
+        let quarantined = store.inbox_list_quarantined(10).await.unwrap();
+        assert_eq!(quarantined.len(), 1);
+        assert_eq!(quarantined[0].quarantine_reason.as_deref(), Some("event names no known attempt"));
+        let settled = store.inbox_mark_processed(&ids[0]).await;
+        assert!(matches!(settled, Err(StoreError::InvalidState { .. })), "{settled:?}");
+    }
+}
+
+dual_test! {
+    async fn rejected_webhooks_are_kept_as_evidence_without_taking_a_provider_event_id(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let rejected = store.inbox_record_rejected("sandbox", &fx.account.id, "sha256:forged", "bad signature").await.unwrap();
+        let entry = store.inbox_get(&rejected).await.unwrap();
+        assert_eq!((entry.verification.as_str(), entry.status.as_str()), ("rejected", "quarantined"));
+        assert_eq!(entry.provider_event_id, None);
+        assert!(store.inbox_claim(10, 1_000).await.unwrap().is_empty());
+        let genuine = store.inbox_insert(&inbox_event(&fx.account.id, "evt_forged_id")).await.unwrap();
+        assert!(matches!(genuine, InboxInsert::Inserted { .. }));
+    }
+}
+
+dual_test! {
+    async fn outbox_events_are_claimed_in_order_retried_and_declared_dead_after_their_budget(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (first, _) = fx.succeeded(store, "OB-1", 100).await;
+        let (second, _) = fx.succeeded(store, "OB-2", 100).await;
+        let claimed = store.outbox_claim(10, 30_000).await.unwrap();
+        assert_eq!(claimed.iter().map(|m| m.partition_key.as_str()).collect::<Vec<_>>(), vec![first.id.as_str(), second.id.as_str()]);
+        assert!(store.outbox_claim(10, 30_000).await.unwrap().is_empty(), "leased events are not handed out twice");
+
+        store.outbox_mark_sent(&claimed[0].event_id).await.unwrap();
+        let status = store.outbox_retry(&claimed[1].event_id, "HTTP 503", db.clock.now_ms() + 500, 2).await.unwrap();
+        assert_eq!(status, "pending");
+        db.clock.advance(500);
+        let again = store.outbox_claim(10, 30_000).await.unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!((again[0].event_id.as_str(), again[0].attempts), (claimed[1].event_id.as_str(), 2));
+        let status = store.outbox_retry(&again[0].event_id, "HTTP 503", db.clock.now_ms(), 2).await.unwrap();
+        assert_eq!(status, "dead");
+        assert_eq!(store.outbox_list_dead(10).await.unwrap().len(), 1);
+        assert!(store.outbox_claim(10, 30_000).await.unwrap().is_empty());
+        assert!(store.outbox_mark_sent(&claimed[0].event_id).await.is_err(), "sent is final");
+    }
+}
+
+dual_test! {
+    async fn idempotency_keys_replay_completed_responses_and_refuse_a_different_request(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let m = &fx.merchant.id;
+        let begin = |key: &'static str, fp: &'static str| store.idempotency_begin(m, "POST /v1/payments", key, fp, 30_000);
+        assert_eq!(begin("k1", "fp-a").await.unwrap(), IdempotencyBegin::Started);
+        assert_eq!(begin("k1", "fp-a").await.unwrap(), IdempotencyBegin::InProgress);
+        assert_eq!(begin("k1", "fp-b").await.unwrap(), IdempotencyBegin::FingerprintMismatch);
+        store.idempotency_complete(m, "POST /v1/payments", "k1", 201, "{\"id\":\"pay_1\"}").await.unwrap();
+        assert_eq!(
+            begin("k1", "fp-a").await.unwrap(),
+            IdempotencyBegin::Completed { status: 201, body: "{\"id\":\"pay_1\"}".into() }
+        );
+        // The same key on another endpoint is another key.
+        assert_eq!(store.idempotency_begin(m, "POST /v1/refunds", "k1", "fp-a", 30_000).await.unwrap(), IdempotencyBegin::Started);
+
+        // A crashed request's lease expires and a retry takes the key over.
+        assert_eq!(begin("k2", "fp-c").await.unwrap(), IdempotencyBegin::Started);
+        db.clock.advance(30_001);
+        assert_eq!(begin("k2", "fp-c").await.unwrap(), IdempotencyBegin::Started);
+        store.idempotency_release(m, "POST /v1/payments", "k2").await.unwrap();
+        assert!(store.idempotency_lookup(m, "POST /v1/payments", "k2").await.unwrap().is_none());
+
+        let record = store.idempotency_lookup(m, "POST /v1/payments", "k1").await.unwrap().unwrap();
+        assert_eq!((record.state.as_str(), record.response_status), ("completed", Some(201)));
+        assert_eq!(store.idempotency_prune(db.clock.now_ms() + 1).await.unwrap(), 1, "only completed keys are pruned");
+        assert!(store.idempotency_lookup(m, "POST /v1/payments", "k1").await.unwrap().is_none());
+        assert!(store.idempotency_lookup(m, "POST /v1/refunds", "k1").await.unwrap().is_some());
+    }
+}

@@ -1,0 +1,192 @@
+//! What the database itself enforces: append-only history, immutable outbox
+//! events, one live attempt per payment, the scan index, the connection set-up.
+
+use crate::common::*;
+use sluice_core::{CaptureMode, EventKind, EvidenceSource};
+use sluice_store::{Backend, ScanCursor, StoreError};
+use sqlx::Row;
+
+dual_test! {
+    async fn history_rows_refuse_raw_update_and_delete(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "H-1", 100).await;
+        let before = store.timeline(&payment.id).await.unwrap();
+        assert!(before.len() >= 4);
+        for sql in [
+            "UPDATE state_history SET to_state = 'FAILED' WHERE payment_id = $1",
+            "UPDATE state_history SET reason = 'edited' WHERE payment_id = $1",
+            "DELETE FROM state_history WHERE payment_id = $1",
+        ] {
+            let refused = sqlx::query(sql).bind(&payment.id).execute(store.pool()).await;
+            let message = refused.expect_err(sql).to_string();
+            assert!(message.contains("append-only"), "{sql}: {message}");
+        }
+        if db.backend == Backend::Postgres {
+            let refused = sqlx::query("TRUNCATE state_history").execute(store.pool()).await;
+            assert!(refused.expect_err("truncate").to_string().contains("append-only"));
+        }
+        assert_eq!(store.timeline(&payment.id).await.unwrap(), before);
+    }
+}
+
+dual_test! {
+    async fn outbox_events_refuse_edits_and_undelivered_deletes_but_delivery_bookkeeping_works(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "O-1", 100).await;
+        let event = store.outbox_for_payment(&payment.id).await.unwrap().remove(0);
+        for sql in [
+            "UPDATE outbox SET payload = '{}' WHERE event_id = $1",
+            "UPDATE outbox SET event_type = 'payment.failed' WHERE event_id = $1",
+            "UPDATE outbox SET partition_key = 'x' WHERE event_id = $1",
+            "DELETE FROM outbox WHERE event_id = $1",
+        ] {
+            let refused = sqlx::query(sql).bind(&event.event_id).execute(store.pool()).await;
+            let message = refused.expect_err(sql).to_string();
+            assert!(message.contains("outbox"), "{sql}: {message}");
+        }
+        store.outbox_mark_sent(&event.event_id).await.unwrap();
+        let sent = store.outbox_for_payment(&payment.id).await.unwrap().remove(0);
+        assert_eq!(sent.status, "sent");
+        assert_eq!(sent.payload, event.payload);
+        // Delivered events may be pruned.
+        sqlx::query("DELETE FROM outbox WHERE event_id = $1")
+            .bind(&event.event_id)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+}
+
+dual_test! {
+    async fn the_database_refuses_a_second_live_attempt_for_one_payment(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, attempt) = fx.submitted(store, "G-1", 100, CaptureMode::Automatic).await;
+        let insert = |id: &'static str, no: i64, state: &'static str| {
+            let payment_id = payment.id.clone();
+            let account = fx.account.id.clone();
+            async move {
+                sqlx::query(
+                    "INSERT INTO payment_attempts (id, payment_id, attempt_no, reference, adapter, \
+                        connector_account_id, amount_minor, currency, capture_mode, state, version, \
+                        retry_count, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, 'sandbox', $5, 100, 'EUR', 'automatic', $6, 0, 0, 0, 0)",
+                )
+                .bind(id)
+                .bind(&payment_id)
+                .bind(no)
+                .bind(format!("raw-{id}"))
+                .bind(&account)
+                .bind(state)
+                .execute(store.pool())
+                .await
+                .map_err(StoreError::from)
+            }
+        };
+        // The live attempt is SUBMITTED: no other live attempt may exist.
+        let second = insert("att_raw_2", 2, "CREATED").await;
+        assert!(second.as_ref().is_err_and(|e| e.is_unique_violation()), "{second:?}");
+        // A failed attempt next to it is history, not a second charge.
+        insert("att_raw_3", 3, "FAILED").await.unwrap();
+        // UNKNOWN blocks too.
+        store
+            .apply_event(&on_attempt(&attempt, event(EventKind::ResultUnknown, EvidenceSource::SyncResponse)))
+            .await
+            .unwrap();
+        let while_unknown = insert("att_raw_4", 4, "CREATED").await;
+        assert!(while_unknown.as_ref().is_err_and(|e| e.is_unique_violation()), "{while_unknown:?}");
+    }
+}
+
+dual_test! {
+    async fn migrations_are_idempotent_and_sqlite_runs_in_wal_with_foreign_keys(db) {
+        let store = &db.store;
+        store.migrate().await.unwrap();
+        store.ping().await.unwrap();
+        if db.backend == Backend::Sqlite {
+            let mode: String = sqlx::query("PRAGMA journal_mode").fetch_one(store.pool()).await.unwrap().try_get(0).unwrap();
+            assert_eq!(mode.to_lowercase(), "wal");
+            let fk: i64 = sqlx::query("PRAGMA foreign_keys").fetch_one(store.pool()).await.unwrap().try_get(0).unwrap();
+            assert_eq!(fk, 1);
+            let busy: i64 = sqlx::query("PRAGMA busy_timeout").fetch_one(store.pool()).await.unwrap().try_get(0).unwrap();
+            assert!(busy >= 5_000, "busy timeout {busy}");
+        }
+        // Foreign keys hold on both backends.
+        let orphan = sqlx::query("INSERT INTO api_keys (id, merchant_id, key_hash, key_prefix, created_at) VALUES ('k', 'nobody', 'h', 'p', 0)")
+            .execute(store.pool())
+            .await
+            .map_err(StoreError::from);
+        assert!(orphan.is_err_and(|e| e.db_is_fk_violation()));
+    }
+}
+
+dual_test! {
+    /// The recovery scan reads only the pending set, through the partial index.
+    async fn the_recovery_scan_uses_the_partial_index_and_returns_due_rows_in_order(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let plan_sql = "SELECT id FROM payment_attempts \
+                        WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED') AND next_retry_time <= 1000 \
+                        ORDER BY next_retry_time, id LIMIT 10";
+        let mut conn = store.pool().acquire().await.unwrap();
+        let plan: Vec<String> = match db.backend {
+            Backend::Sqlite => sqlx::query(&format!("EXPLAIN QUERY PLAN {plan_sql}"))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.try_get::<String, _>("detail").unwrap())
+                .collect(),
+            Backend::Postgres => {
+                // Tiny tables make a sequential scan cheapest; forbid it to see
+                // which index the planner can use at all.
+                sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.unwrap();
+                let plan = sqlx::query(&format!("EXPLAIN {plan_sql}"))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(0).unwrap())
+                    .collect();
+                sqlx::query("SET enable_seqscan = on").execute(&mut *conn).await.unwrap();
+                plan
+            }
+        };
+        drop(conn);
+        assert!(plan.iter().any(|line| line.contains("payment_attempts_scan")), "{plan:?}");
+
+        let now = db.clock.now_ms();
+        let mut due = Vec::new();
+        for n in 0..4 {
+            let (_, attempt) = fx.submitted(store, &format!("S-{n}"), 100, CaptureMode::Automatic).await;
+            store
+                .apply_event(&sluice_store::ApplyEvent {
+                    next_retry_time: Some(now + 100 * (4 - n)),
+                    ..on_attempt(&attempt, event(EventKind::ResultUnknown, EvidenceSource::SyncResponse))
+                })
+                .await
+                .unwrap();
+            due.push(attempt);
+        }
+        // A finished attempt is never due, whatever its old schedule said.
+        let (_, done) = fx.succeeded(store, "S-done", 100).await;
+        assert_eq!(store.get_attempt(&done.id).await.unwrap().next_retry_time, None);
+
+        let first_page = store.due_attempts(now + 350, 2, None).await.unwrap();
+        let ids: Vec<&str> = first_page.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, vec![due[3].id.as_str(), due[2].id.as_str()]);
+        let last = first_page.last().unwrap();
+        let cursor = ScanCursor { next_retry_time: last.next_retry_time.unwrap(), id: last.id.clone() };
+        let second_page = store.due_attempts(now + 350, 10, Some(&cursor)).await.unwrap();
+        let ids: Vec<&str> = second_page.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, vec![due[1].id.as_str()], "the attempt due at now+400 is not yet due");
+
+        store.reschedule(sluice_store::Rescheduled::Attempt, &due[3].id, now + 10_000).await.unwrap();
+        let rescheduled = store.get_attempt(&due[3].id).await.unwrap();
+        assert_eq!((rescheduled.next_retry_time, rescheduled.retry_count), (Some(now + 10_000), 1));
+        let refused = store.reschedule(sluice_store::Rescheduled::Attempt, &done.id, now).await;
+        assert!(matches!(refused, Err(StoreError::NotFound { .. })));
+    }
+}
