@@ -106,3 +106,30 @@ pub(crate) fn json(
     let raw = text(row, col)?;
     serde_json::from_str(&raw).map_err(|e| StoreError::corrupt(table, format!("{col}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prepare_sqlite_url;
+
+    #[test]
+    fn sqlite_urls_get_their_directory_created_and_a_create_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/data/nested/sluice.db", dir.path().display());
+        let prepared = prepare_sqlite_url(&url).unwrap();
+        assert_eq!(prepared, format!("{url}?mode=rwc"));
+        assert!(dir.path().join("data/nested").is_dir());
+        let with_query = format!("{url}?cache=private");
+        assert_eq!(
+            prepare_sqlite_url(&with_query).unwrap(),
+            format!("{with_query}&mode=rwc")
+        );
+        let read_only = format!("{url}?mode=ro");
+        assert_eq!(prepare_sqlite_url(&read_only).unwrap(), read_only);
+    }
+
+    #[test]
+    fn in_memory_sqlite_is_refused_because_a_pool_cannot_share_it() {
+        assert!(prepare_sqlite_url("sqlite::memory:").is_err());
+        assert!(prepare_sqlite_url("postgres://x").is_err());
+    }
+}

@@ -40,7 +40,7 @@ pub use merchants::{
 pub use outbox::OutboxMessage;
 pub use payments::{
     Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts, PaymentAttempt,
-    PaymentDetails, PaymentOrder, Refund, Rescheduled, ScanCursor,
+    PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};
 

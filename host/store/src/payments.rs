@@ -74,6 +74,8 @@ pub struct PaymentAttempt {
     pub version: i64,
     pub next_retry_time: Option<i64>,
     pub retry_count: i64,
+    /// When the host last sent a request or query to the PSP for it.
+    pub last_psp_call_at: Option<i64>,
     pub timeout_at: Option<i64>,
     pub expires_at: Option<i64>,
     pub last_event: Option<EventIdentity>,
@@ -96,6 +98,8 @@ pub struct Capture {
     pub version: i64,
     pub next_retry_time: Option<i64>,
     pub retry_count: i64,
+    /// When the host last sent a request or query to the PSP for it.
+    pub last_psp_call_at: Option<i64>,
     pub last_event: Option<EventIdentity>,
     pub failure: Option<Failure>,
     pub created_at: i64,
@@ -116,6 +120,8 @@ pub struct Refund {
     pub version: i64,
     pub next_retry_time: Option<i64>,
     pub retry_count: i64,
+    /// When the host last sent a request or query to the PSP for it.
+    pub last_psp_call_at: Option<i64>,
     pub last_event: Option<EventIdentity>,
     pub failure: Option<Failure>,
     pub created_at: i64,
@@ -182,14 +188,15 @@ pub(crate) const AMOUNT_COLS: &str = "currency, amount_minor, authorized_minor, 
     capture_reserved_minor, captured_minor, refund_reserved_minor, refunded_minor";
 pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, adapter, \
     connector_account_id, psp_reference, amount_minor, currency, capture_mode, payment_method_token, \
-    state, version, next_retry_time, retry_count, timeout_at, expires_at, last_event_identity, \
+    state, version, next_retry_time, retry_count, last_psp_call_at, timeout_at, expires_at, \
+    last_event_identity, \
     next_action_url, failure_code, failure_category, failure_message, created_at, updated_at";
 pub(crate) const CAPTURE_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
     psp_reference, amount_minor, currency, state, version, next_retry_time, retry_count, \
-    last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
+    last_psp_call_at, last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
 pub(crate) const REFUND_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
     psp_reference, amount_minor, currency, reason, state, version, next_retry_time, retry_count, \
-    last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
+    last_psp_call_at, last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
 
 fn money(row: &AnyRow, table: &'static str) -> Result<Money, StoreError> {
     let currency = currency(row, table)?;
@@ -281,6 +288,7 @@ pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
         version: int(row, "version")?,
         next_retry_time: opt_int(row, "next_retry_time")?,
         retry_count: int(row, "retry_count")?,
+        last_psp_call_at: opt_int(row, "last_psp_call_at")?,
         timeout_at: opt_int(row, "timeout_at")?,
         expires_at: opt_int(row, "expires_at")?,
         last_event: last_event(row, T)?,
@@ -305,6 +313,7 @@ pub(crate) fn capture_from(row: &AnyRow) -> Result<Capture, StoreError> {
         version: int(row, "version")?,
         next_retry_time: opt_int(row, "next_retry_time")?,
         retry_count: int(row, "retry_count")?,
+        last_psp_call_at: opt_int(row, "last_psp_call_at")?,
         last_event: last_event(row, T)?,
         failure: failure(row)?,
         created_at: int(row, "created_at")?,
@@ -327,6 +336,7 @@ pub(crate) fn refund_from(row: &AnyRow) -> Result<Refund, StoreError> {
         version: int(row, "version")?,
         next_retry_time: opt_int(row, "next_retry_time")?,
         retry_count: int(row, "retry_count")?,
+        last_psp_call_at: opt_int(row, "last_psp_call_at")?,
         last_event: last_event(row, T)?,
         failure: failure(row)?,
         created_at: int(row, "created_at")?,
@@ -681,6 +691,7 @@ impl Store {
             version: 0,
             next_retry_time: new.next_retry_time,
             retry_count: 0,
+            last_psp_call_at: None,
             timeout_at: new.timeout_at,
             expires_at: new.expires_at,
             last_event: None,
@@ -983,14 +994,7 @@ impl Store {
         cursor: Option<&ScanCursor>,
     ) -> Result<Vec<PaymentAttempt>, StoreError> {
         let rows = self
-            .scan(
-                ATTEMPT_COLS,
-                "payment_attempts",
-                "'SUCCEEDED', 'FAILED', 'CANCELED'",
-                now,
-                limit,
-                cursor,
-            )
+            .scan(ATTEMPT_COLS, PendingKind::Attempt, now, limit, cursor)
             .await?;
         rows.iter().map(attempt_from).collect()
     }
@@ -1003,14 +1007,7 @@ impl Store {
         cursor: Option<&ScanCursor>,
     ) -> Result<Vec<Refund>, StoreError> {
         let rows = self
-            .scan(
-                REFUND_COLS,
-                "refunds",
-                "'SUCCEEDED', 'FAILED', 'CANCELED'",
-                now,
-                limit,
-                cursor,
-            )
+            .scan(REFUND_COLS, PendingKind::Refund, now, limit, cursor)
             .await?;
         rows.iter().map(refund_from).collect()
     }
@@ -1023,42 +1020,52 @@ impl Store {
         cursor: Option<&ScanCursor>,
     ) -> Result<Vec<Capture>, StoreError> {
         let rows = self
-            .scan(
-                CAPTURE_COLS,
-                "captures",
-                "'SUCCEEDED', 'FAILED'",
-                now,
-                limit,
-                cursor,
-            )
+            .scan(CAPTURE_COLS, PendingKind::Capture, now, limit, cursor)
             .await?;
         rows.iter().map(capture_from).collect()
     }
 
     /// Scheduling bookkeeping after a recovery round that learned nothing new:
-    /// next look at `next_retry_time`, one more retry counted. Not a state
-    /// change; refused once the row is terminal.
+    /// next look at `next_retry_time`, one more query counted, the PSP was
+    /// called now. Not a state change; refused once the row is terminal.
     pub async fn reschedule(
         &self,
-        kind: Rescheduled,
+        kind: PendingKind,
         id: &str,
         next_retry_time: i64,
     ) -> Result<(), StoreError> {
-        let (table, terminal) = match kind {
-            Rescheduled::Attempt => ("payment_attempts", "'SUCCEEDED', 'FAILED', 'CANCELED'"),
-            Rescheduled::Refund => ("refunds", "'SUCCEEDED', 'FAILED', 'CANCELED'"),
-            Rescheduled::Capture => ("captures", "'SUCCEEDED', 'FAILED'"),
-        };
+        let sql = format!(
+            "UPDATE {} SET next_retry_time = $2, retry_count = retry_count + 1, \
+                last_psp_call_at = $3 \
+             WHERE id = $1 AND state NOT IN ({})",
+            kind.table(),
+            kind.terminal_states()
+        );
+        let done = sqlx::query(&sql)
+            .bind(id)
+            .bind(next_retry_time)
+            .bind(self.now_ms())
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::not_found("non-terminal row", id));
+        }
+        Ok(())
+    }
+
+    /// Record that a request for this attempt, capture or refund is about to
+    /// go to the PSP (bookkeeping for the recovery backoff, not a state change).
+    pub async fn note_psp_call(&self, kind: PendingKind, id: &str) -> Result<(), StoreError> {
         let done = sqlx::query(&format!(
-            "UPDATE {table} SET next_retry_time = $2, retry_count = retry_count + 1 \
-             WHERE id = $1 AND state NOT IN ({terminal})"
+            "UPDATE {} SET last_psp_call_at = $2 WHERE id = $1",
+            kind.table()
         ))
         .bind(id)
-        .bind(next_retry_time)
+        .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
-            return Err(StoreError::not_found("non-terminal row", id));
+            return Err(StoreError::not_found(kind.entity(), id));
         }
         Ok(())
     }
@@ -1066,13 +1073,13 @@ impl Store {
     async fn scan(
         &self,
         cols: &str,
-        table: &str,
-        terminal: &str,
+        kind: PendingKind,
         now: i64,
         limit: i64,
         cursor: Option<&ScanCursor>,
     ) -> Result<Vec<AnyRow>, StoreError> {
         // The predicate repeats the partial index's own text so both planners use it.
+        let (table, terminal) = (kind.table(), kind.terminal_states());
         let sql = format!(
             "SELECT {cols} FROM {table} \
              WHERE state NOT IN ({terminal}) AND next_retry_time <= $1 \
@@ -1106,12 +1113,38 @@ impl Store {
     }
 }
 
-/// Which kind of row [`Store::reschedule`] moves.
+/// The three kinds of PSP-facing rows the recovery scanner looks after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rescheduled {
+pub enum PendingKind {
     Attempt,
     Refund,
     Capture,
+}
+
+impl PendingKind {
+    fn table(self) -> &'static str {
+        match self {
+            PendingKind::Attempt => "payment_attempts",
+            PendingKind::Refund => "refunds",
+            PendingKind::Capture => "captures",
+        }
+    }
+
+    fn entity(self) -> &'static str {
+        match self {
+            PendingKind::Attempt => "attempt",
+            PendingKind::Refund => "refund",
+            PendingKind::Capture => "capture",
+        }
+    }
+
+    /// Must match the partial scan indexes' predicates.
+    fn terminal_states(self) -> &'static str {
+        match self {
+            PendingKind::Attempt | PendingKind::Refund => "'SUCCEEDED', 'FAILED', 'CANCELED'",
+            PendingKind::Capture => "'SUCCEEDED', 'FAILED'",
+        }
+    }
 }
 
 async fn fetch_all(

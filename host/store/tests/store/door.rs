@@ -534,3 +534,35 @@ dual_test! {
         assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
     }
 }
+
+dual_test! {
+    /// A CAS that can never land (a trigger swallows every order update, as an
+    /// endless stream of concurrent writers would) ends in a typed error after
+    /// the bounded number of tries, having written nothing.
+    async fn a_cas_that_never_lands_gives_up_with_cas_exhausted_and_writes_nothing(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, attempt) = fx.submitted(store, "EX-1", 100, CaptureMode::Automatic).await;
+        let history_before = store.timeline(&payment.id).await.unwrap().len();
+        let swallow = match db.backend {
+            sluice_store::Backend::Sqlite => {
+                "CREATE TRIGGER test_swallow BEFORE UPDATE ON payment_orders BEGIN SELECT RAISE(IGNORE); END;"
+            }
+            sluice_store::Backend::Postgres => {
+                "CREATE FUNCTION test_swallow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$; \
+                 CREATE TRIGGER test_swallow BEFORE UPDATE ON payment_orders FOR EACH ROW EXECUTE FUNCTION test_swallow();"
+            }
+        };
+        sqlx::raw_sql(swallow).execute(store.pool()).await.unwrap();
+        let outcome = store
+            .apply_event(&on_attempt(&attempt, event(EventKind::PaymentSucceeded, EvidenceSource::SyncResponse)))
+            .await;
+        assert!(
+            matches!(outcome, Err(StoreError::CasExhausted { tries, .. }) if tries == sluice_store::MAX_CAS_TRIES),
+            "{outcome:?}"
+        );
+        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().state, AttemptState::Submitted);
+        assert_eq!(store.timeline(&payment.id).await.unwrap().len(), history_before);
+        assert!(store.outbox_for_payment(&payment.id).await.unwrap().is_empty());
+    }
+}
