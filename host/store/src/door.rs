@@ -14,6 +14,10 @@
 //! A CAS that touches no row means someone else committed first: roll back,
 //! re-read and decide again, a bounded number of times.
 //!
+//! Lock order, everywhere in the store: payment order row → the aggregate
+//! (attempt, capture, refund) → amounts → history, outbox, inbox. Keeping
+//! one order is what keeps concurrent PostgreSQL transactions deadlock-free.
+//!
 //! Ignored, rejected and needs-reconciliation decisions also "CAS" the order
 //! (a version-preserving update), so every recorded decision was taken on the
 //! state that was current when it committed.
@@ -258,6 +262,7 @@ impl Store {
             evidence = %input.event.evidence,
             provider_event_id = input.event.provider_event_id.as_deref(),
             inbox_id = input.inbox_id.as_deref(),
+            adapter = input.provenance.adapter.as_ref().map(|a| a.name.as_str()),
             trace_id = input.provenance.trace_id.as_deref(),
         );
         let _guard = span.enter();

@@ -66,6 +66,10 @@ impl Store {
             .map_err(|e| refused(&order, &amounts, e))?;
         let attempt = succeeded_attempt(&mut tx, &order).await?;
         let amount = request.amount.amount_minor;
+        let now = self.now_ms();
+        // Lock order: the payment row first, as the door does, so a reservation
+        // and a concurrent decision on the same payment cannot deadlock.
+        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
         // The one conditional UPDATE that decides who gets the money.
         let reserved = sqlx::query(
             "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
@@ -82,8 +86,6 @@ impl Store {
                 available: now_amounts.refundable_minor(),
             });
         }
-        let now = self.now_ms();
-        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
         let refund = Refund {
             id: ids::refund(),
             payment_id: order.id.clone(),
@@ -170,6 +172,9 @@ impl Store {
         )
         .map_err(|e| refused(&order, &amounts, e))?;
         let amount = request.amount.amount_minor;
+        let now = self.now_ms();
+        // Payment row first (see `reserve_refund`).
+        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
         let reserved = sqlx::query(
             "UPDATE payment_amounts SET capture_reserved_minor = capture_reserved_minor + $2 \
              WHERE payment_id = $1 \
@@ -186,8 +191,6 @@ impl Store {
                 available: now_amounts.capturable_minor(),
             });
         }
-        let now = self.now_ms();
-        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
         let capture = Capture {
             id: ids::capture(),
             payment_id: order.id.clone(),

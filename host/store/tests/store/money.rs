@@ -163,3 +163,27 @@ dual_test! {
             .unwrap();
     }
 }
+
+dual_test! {
+    /// The door (order row, then amounts) and a reservation on the same
+    /// payment take their locks in the same order, so they never deadlock.
+    async fn a_refund_settling_while_another_is_reserved_on_the_same_payment_never_deadlocks(db) {
+        let store = &db.store;
+        let other = db.second_store().await;
+        let fx = Fixture::new(store).await;
+        for round in 0..60 {
+            let (payment, _) = fx.succeeded(store, &format!("DL-{round}"), 100).await;
+            let first = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
+            let mut ok = event(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
+            ok.amount = Some(eur(30));
+            let settle = on_refund(&first.record.reference, ok);
+            let second = refund_request(&payment.id, 30);
+            let provenance = sys();
+            let (settled, reserved) = tokio::join!(store.apply_event(&settle), other.reserve_refund(&second, &provenance));
+            assert_eq!(settled.unwrap().to_state, "SUCCEEDED", "round {round}");
+            reserved.unwrap();
+            let amounts = store.payment_amounts(&payment.id).await.unwrap();
+            assert_eq!((amounts.refunded_minor, amounts.refund_reserved_minor), (30, 30), "round {round}");
+        }
+    }
+}
