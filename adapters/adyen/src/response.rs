@@ -36,6 +36,10 @@ use crate::types::{
 
 /// Adyen's error code for "request already processed or in progress" (idempotency).
 pub const ERROR_CODE_IN_PROGRESS: &str = "704";
+/// Adyen's error code for "Invalid Merchant Account".
+pub const ERROR_CODE_INVALID_MERCHANT_ACCOUNT: &str = "901";
+/// The header Adyen sets on errors worth retrying with the same idempotency key.
+pub const TRANSIENT_ERROR_HEADER: &str = "transient-error";
 
 /// Interpret `response`, the answer to the request built for `ctx`.
 pub fn parse_response(
@@ -205,8 +209,9 @@ pub struct Classification {
 ///
 /// | answer | category | kind |
 /// |---|---|---|
-/// | 401, 403, `errorType` `security` or `configuration` | configuration | unknown kind: nothing happened, but an operator's mistake must not become a customer's decline |
-/// | 429, `errorCode` 704 (request already processed or in progress) | retryable | unknown kind |
+/// | 401, 403, `errorType` `security` or `configuration`, `errorCode` 901 (invalid merchant account) | configuration | unknown kind: nothing happened, but an operator's mistake must not become a customer's decline |
+/// | 429; `errorCode` 704 (request already processed or in progress) marked transient (`transient-error: true`, or HTTP 409) | retryable | unknown kind: the first request with this key is still in flight |
+/// | `errorCode` 704 not transient (the key was first used with another body or endpoint) | conflict | unknown kind: a request with this key exists, its outcome is not this answer |
 /// | 5xx, `errorType` `internal` | unknown | unknown kind |
 /// | 404 (no such payment for a modification) | conflict | unknown kind: our view of the PSP's state is stale |
 /// | 400 or 422 (`validation`) | declined | failed kind (`payment-failed`, `capture-failed`, `refund-failed`): Adyen refused the request and created nothing; for void and queries, unknown kind with conflict |
@@ -217,6 +222,7 @@ pub fn classify_error(
     operation: Operation,
     status: u16,
     error: Option<&ServiceError>,
+    transient: bool,
 ) -> Classification {
     let unknown = |category| Classification {
         kind: unknown_kind(operation),
@@ -224,11 +230,18 @@ pub fn classify_error(
     };
     let error_type = error.and_then(|e| e.error_type.as_deref()).unwrap_or("");
     let code = error.and_then(|e| e.error_code.as_deref()).unwrap_or("");
-    if status == 401 || status == 403 || matches!(error_type, "security" | "configuration") {
+    if status == 401
+        || status == 403
+        || matches!(error_type, "security" | "configuration")
+        || code == ERROR_CODE_INVALID_MERCHANT_ACCOUNT
+    {
         return unknown(FailureCategory::Configuration);
     }
-    if status == 429 || code == ERROR_CODE_IN_PROGRESS {
+    if status == 429 || (code == ERROR_CODE_IN_PROGRESS && (transient || status == 409)) {
         return unknown(FailureCategory::Retryable);
+    }
+    if code == ERROR_CODE_IN_PROGRESS {
+        return unknown(FailureCategory::Conflict);
     }
     if status >= 500 || error_type == "internal" {
         return unknown(FailureCategory::Unknown);
@@ -251,7 +264,11 @@ pub fn classify_error(
 fn error_event(ctx: &OperationContext, response: &HttpResponse) -> PaymentEvent {
     let error = body::<ServiceError>(&response.body)
         .filter(|e| e.error_code.is_some() || e.error_type.is_some() || e.message.is_some());
-    let class = classify_error(ctx.operation, response.status, error.as_ref());
+    let transient = response.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case(TRANSIENT_ERROR_HEADER)
+            && h.value.trim().eq_ignore_ascii_case("true")
+    });
+    let class = classify_error(ctx.operation, response.status, error.as_ref(), transient);
     let http = format!("http_{}", response.status);
     let code = error
         .as_ref()

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use sluice_adapter_adyen::response::parse_response;
 use sluice_adapter_adyen::types::{
-    EventKind, EvidenceSource, FailureCategory, Operation, OperationContext, PaymentEvent,
+    EventKind, EvidenceSource, FailureCategory, Header, Operation, OperationContext, PaymentEvent,
 };
 
 use EventKind as K;
@@ -268,15 +268,70 @@ fn a_validation_error_on_a_void_or_query_is_a_conflict_with_an_unknown_outcome()
 }
 
 #[test]
-fn a_request_already_in_progress_is_retryable() {
+fn a_request_still_in_flight_under_the_same_key_is_retryable() {
     let mut expected = error(Operation::Sale, K::ResultUnknown, "704");
+    expected.failure = failure(
+        C::Retryable,
+        "704",
+        "HTTP 409: request already processed or in progress",
+    );
+    assert_eq!(
+        parse(Operation::Sale, 409, "responses/error_in_flight.json"),
+        vec![expected.clone()]
+    );
+    // Adyen marks the same error as transient with a header, whatever the status.
+    let mut marked = response(422, "responses/error_key_reused.json");
+    marked.headers.push(Header {
+        name: "Transient-Error".into(),
+        value: "true".into(),
+    });
     expected.failure = failure(
         C::Retryable,
         "704",
         "HTTP 422: request already processed or in progress",
     );
     assert_eq!(
-        parse(Operation::Sale, 422, "responses/error_in_progress.json"),
+        parse_response(&ctx(Operation::Sale), &marked).unwrap(),
+        vec![expected]
+    );
+}
+
+#[test]
+fn a_key_first_used_with_another_body_is_a_conflict_never_a_decline() {
+    let mut expected = error(Operation::QueryPayment, K::ResultUnknown, "704");
+    expected.evidence = Query;
+    expected.failure = failure(
+        C::Conflict,
+        "704",
+        "HTTP 422: request already processed or in progress",
+    );
+    assert_eq!(
+        parse(
+            Operation::QueryPayment,
+            422,
+            "responses/error_key_reused.json"
+        ),
+        vec![expected]
+    );
+    let events = parse(Operation::Authorize, 422, "responses/error_key_reused.json");
+    assert_eq!(events[0].kind, K::ResultUnknown);
+    assert_eq!(events[0].failure.as_ref().unwrap().category, C::Conflict);
+}
+
+#[test]
+fn an_invalid_merchant_account_is_a_configuration_problem() {
+    let mut expected = error(Operation::Authorize, K::ResultUnknown, "901");
+    expected.failure = failure(
+        C::Configuration,
+        "901",
+        "HTTP 422: the PSP refused the connector account's credentials or configuration",
+    );
+    assert_eq!(
+        parse(
+            Operation::Authorize,
+            422,
+            "responses/error_invalid_merchant_account.json"
+        ),
         vec![expected]
     );
 }
