@@ -1,1 +1,45 @@
-//! placeholder
+//! Sluice's orchestrator: one [`Orchestrator::advance`] for the merchant API,
+//! the webhook processor, the recovery scanner and operators (seed 000 §5).
+//!
+//! - [`convert`]: the adapter contract's types ↔ `sluice-core`'s, in one place.
+//! - [`transport`]: the host's PSP transport; adapters build requests, the
+//!   host performs them, refusing any destination outside the connector
+//!   account's `base_url`.
+//! - `call`: one PSP operation and its classification — a timeout, a
+//!   connection error, a 5xx or an answer the adapter cannot interpret is
+//!   UNKNOWN (never FAILED); only a definitive decline the adapter reports is
+//!   a failure.
+//! - [`advance`]: the state-driven step for an attempt, capture or refund:
+//!   record SUBMITTED / PROCESSING through the store's door first, then send
+//!   with the stable reference as idempotency key; resolve UNKNOWN only by a
+//!   query with the original reference.
+//! - [`commands`]: create / confirm / capture / void / refund with a bounded
+//!   synchronous wait; the PSP step continues in the background.
+//! - [`webhook`] and [`inbox`]: verified webhook events go durably into the
+//!   inbox before the PSP gets its ack; an asynchronous processor applies them
+//!   through the door, retries, quarantines poison events, replays on request.
+//!
+//! Every state change goes through `sluice_store::Store::apply_event` (or
+//! the store's creation and reservation functions); nothing here writes a
+//! state itself.
+
+pub mod advance;
+mod call;
+pub mod commands;
+pub mod config;
+pub mod convert;
+mod error;
+pub mod inbox;
+mod orchestrator;
+pub mod transport;
+pub mod webhook;
+
+pub use advance::{Action, Advanced};
+pub use call::NotSent;
+pub use commands::{CaptureView, CreatePayment, Created, PaymentView, RefundView, Route};
+pub use config::{InboxConfig, OrchestratorConfig};
+pub use error::OrchestratorError;
+pub use inbox::{InboxRound, Replayed};
+pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};
+pub use transport::{CallBudget, PspTransport, ReqwestTransport};
+pub use webhook::{InboxReceipt, RejectionKind, WebhookOutcome};

@@ -1,0 +1,653 @@
+//! `advance(target, trigger)`: one entry for the API, the webhook processor,
+//! the scanner and operators (seed 000 §5). Every call re-reads the primary
+//! store and takes at most one external step from what it finds:
+//!
+//! | state                         | api / scanner / operator                    | webhook            |
+//! |-------------------------------|---------------------------------------------|--------------------|
+//! | terminal                      | nothing                                     | nothing            |
+//! | CREATED                       | record SUBMITTED / PROCESSING, then send    | nothing            |
+//! | SUBMITTED, PROCESSING, REQUIRES_ACTION | query, unless the sender's call is still within its budget (api only) | nothing |
+//! | UNKNOWN                       | query with the original reference           | query              |
+//! | AUTHORIZED (attempt)          | nothing: the merchant captures or voids     | nothing            |
+//!
+//! Sending is guarded by the door itself: the SUBMITTED (PROCESSING for a
+//! capture or refund) event is applied first, and only the caller whose event
+//! was *applied* sends. A concurrent caller sees a duplicate and stands back,
+//! and the PSP's idempotency key (the stable reference) is the second net.
+//! UNKNOWN is only ever resolved by a query with the original reference.
+
+use serde::Serialize;
+use tracing::Instrument;
+
+use sluice_core::{
+    AttemptState, CaptureMode, CaptureState, EventKind, EvidenceSource, Failure, FailureCategory,
+    PaymentEvent, RefundState,
+};
+use sluice_store::{
+    ApplyEvent, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder, PendingKind,
+    Provenance, Refund,
+};
+
+use crate::call::{self, Connector, NotSent};
+use crate::config::millis;
+use crate::convert::{Operation, OperationSpec};
+use crate::error::OrchestratorError;
+use crate::orchestrator::{
+    metadata_pairs, DecisionTally, Orchestrator, OwnAggregate, Target, Trigger,
+};
+
+/// What one `advance` call did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Advanced {
+    pub target: Target,
+    pub payment_id: String,
+    pub state_before: String,
+    pub state_after: String,
+    pub action: Action,
+}
+
+/// The one step `advance` took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// The aggregate is terminal: nothing to do, ever.
+    Final,
+    /// Nothing to do now; someone or something else moves it next.
+    Waiting { reason: &'static str },
+    /// The operation was sent to the PSP. `unknown` holds the host's reason
+    /// when the outcome could not be learned (the aggregate is then UNKNOWN).
+    Sent {
+        operation: Operation,
+        unknown: Option<String>,
+        decisions: DecisionTally,
+    },
+    /// The PSP was asked for the current truth with the original reference.
+    Queried {
+        operation: Operation,
+        unknown: Option<String>,
+        decisions: DecisionTally,
+    },
+    /// The request never left the host (the adapter or the host refused it).
+    /// A first send that cannot leave closes its aggregate without money
+    /// moving; a query that cannot leave changes nothing.
+    NotSent { code: String, message: String },
+}
+
+impl Orchestrator {
+    /// Take the next step for an attempt, capture or refund, from the state
+    /// the primary store holds now.
+    pub async fn advance(
+        &self,
+        target: Target,
+        trigger: Trigger,
+    ) -> Result<Advanced, OrchestratorError> {
+        match &target {
+            Target::Attempt(id) => self.advance_attempt(id, trigger).await,
+            Target::Capture(id) => self.advance_capture(id, trigger).await,
+            Target::Refund(id) => self.advance_refund(id, trigger).await,
+        }
+    }
+
+    async fn advance_attempt(
+        &self,
+        id: &str,
+        trigger: Trigger,
+    ) -> Result<Advanced, OrchestratorError> {
+        let attempt = self.store().get_attempt(id).await?;
+        let span = tracing::info_span!("advance", payment_id = %attempt.payment_id,
+            attempt_id = %attempt.id, adapter = %attempt.adapter, trigger = %trigger);
+        async {
+            let action = self.attempt_step(&attempt, trigger).await?;
+            let after = self.store().get_attempt(id).await?;
+            tracing::info!(from = %attempt.state, to = %after.state, ?action, "advanced attempt");
+            Ok(Advanced {
+                target: Target::Attempt(attempt.id.clone()),
+                payment_id: attempt.payment_id.clone(),
+                state_before: attempt.state.to_string(),
+                state_after: after.state.to_string(),
+                action,
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn attempt_step(
+        &self,
+        attempt: &PaymentAttempt,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        use AttemptState as A;
+        match attempt.state {
+            state if state.is_terminal() => return Ok(Action::Final),
+            A::Authorized => {
+                return Ok(Action::Waiting {
+                    reason: "authorized: the merchant captures or voids",
+                })
+            }
+            A::Created if trigger == Trigger::Webhook => {
+                return Ok(Action::Waiting {
+                    reason: "not sent yet; a webhook never starts a charge",
+                })
+            }
+            _ => {}
+        }
+        let order = self.store().get_payment(None, &attempt.payment_id).await?;
+        let connector = self.connector(&attempt.connector_account_id).await?;
+        let own = OwnAggregate::Attempt {
+            reference: attempt.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        match attempt.state {
+            A::Created => {
+                self.submit_attempt(attempt, &order, &connector, &own, trigger)
+                    .await
+            }
+            A::Unknown => {
+                let spec = attempt_spec(Operation::QueryPayment, attempt, &order);
+                self.query(
+                    PendingKind::Attempt,
+                    &attempt.id,
+                    &connector,
+                    &own,
+                    &spec,
+                    trigger,
+                )
+                .await
+            }
+            _ if !self.may_query(trigger, attempt.last_psp_call_at, &connector) => {
+                Ok(Action::Waiting {
+                    reason: "a PSP call for it is still within its budget",
+                })
+            }
+            _ => {
+                let spec = attempt_spec(Operation::QueryPayment, attempt, &order);
+                self.query(
+                    PendingKind::Attempt,
+                    &attempt.id,
+                    &connector,
+                    &own,
+                    &spec,
+                    trigger,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn submit_attempt(
+        &self,
+        attempt: &PaymentAttempt,
+        order: &PaymentOrder,
+        connector: &Connector,
+        own: &OwnAggregate,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        let operation = match attempt.capture_mode {
+            CaptureMode::Automatic => Operation::Sale,
+            CaptureMode::Manual => Operation::Authorize,
+        };
+        let spec = attempt_spec(operation, attempt, order);
+        let provenance = Self::provenance(connector, trigger);
+        let request = match call::prepare(connector, &spec).await? {
+            Ok(request) => request,
+            Err(not_sent) => {
+                // Nothing left the host: the attempt ends CANCELED without
+                // money, and the order stays open for a new attempt.
+                let event = PaymentEvent {
+                    attempt_reference: Some(attempt.reference.clone()),
+                    raw_status: "not_sent".into(),
+                    failure: Some(not_sent_failure(&not_sent)),
+                    ..PaymentEvent::new(EventKind::PaymentCanceled, EvidenceSource::SyncResponse)
+                };
+                self.apply_host_event(
+                    EventTarget::Attempt(attempt.reference.clone()),
+                    event,
+                    &provenance,
+                    None,
+                )
+                .await?;
+                return Ok(not_sent.into());
+            }
+        };
+        let submitted = PaymentEvent {
+            attempt_reference: Some(attempt.reference.clone()),
+            raw_status: "submitted".into(),
+            ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
+        };
+        if !self
+            .record_sent(
+                EventTarget::Attempt(attempt.reference.clone()),
+                submitted,
+                &provenance,
+                connector,
+            )
+            .await?
+        {
+            return Ok(Action::Waiting {
+                reason: "another caller recorded it as sent and is sending it",
+            });
+        }
+        self.store()
+            .note_psp_call(PendingKind::Attempt, &attempt.id)
+            .await?;
+        self.send(connector, own, &spec, &request, &provenance)
+            .await
+    }
+
+    async fn advance_capture(
+        &self,
+        id: &str,
+        trigger: Trigger,
+    ) -> Result<Advanced, OrchestratorError> {
+        let capture = self.store().get_capture(id).await?;
+        let span = tracing::info_span!("advance", payment_id = %capture.payment_id,
+            capture_id = %capture.id, attempt_id = %capture.attempt_id,
+            adapter = %capture.adapter, trigger = %trigger);
+        async {
+            let action = self.capture_step(&capture, trigger).await?;
+            let after = self.store().get_capture(id).await?;
+            tracing::info!(from = %capture.state, to = %after.state, ?action, "advanced capture");
+            Ok(Advanced {
+                target: Target::Capture(capture.id.clone()),
+                payment_id: capture.payment_id.clone(),
+                state_before: capture.state.to_string(),
+                state_after: after.state.to_string(),
+                action,
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn capture_step(
+        &self,
+        capture: &Capture,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        if capture.state.is_terminal() {
+            return Ok(Action::Final);
+        }
+        if capture.state == CaptureState::Created && trigger == Trigger::Webhook {
+            return Ok(Action::Waiting {
+                reason: "not sent yet; a webhook never starts a capture",
+            });
+        }
+        let attempt = self.store().get_attempt(&capture.attempt_id).await?;
+        let order = self.store().get_payment(None, &capture.payment_id).await?;
+        let connector = self.connector(&attempt.connector_account_id).await?;
+        let own = OwnAggregate::Capture {
+            reference: capture.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let provenance = Self::provenance(&connector, trigger);
+        match capture.state {
+            CaptureState::Created => {
+                let spec = action_spec(
+                    Operation::Capture,
+                    &attempt,
+                    &order,
+                    &capture.reference,
+                    capture.amount,
+                    None,
+                );
+                let request = match call::prepare(&connector, &spec).await? {
+                    Ok(request) => request,
+                    Err(not_sent) => {
+                        // The capture definitively did not happen: release its
+                        // reservation. (A capture has no CANCELED state.)
+                        let event = PaymentEvent {
+                            attempt_reference: Some(attempt.reference.clone()),
+                            action_reference: Some(capture.reference.clone()),
+                            raw_status: "not_sent".into(),
+                            failure: Some(Failure {
+                                category: FailureCategory::Declined,
+                                ..not_sent_failure(&not_sent)
+                            }),
+                            ..PaymentEvent::new(
+                                EventKind::CaptureFailed,
+                                EvidenceSource::SyncResponse,
+                            )
+                        };
+                        self.apply_host_event(
+                            EventTarget::Capture(capture.reference.clone()),
+                            event,
+                            &provenance,
+                            None,
+                        )
+                        .await?;
+                        return Ok(not_sent.into());
+                    }
+                };
+                let processing = PaymentEvent {
+                    attempt_reference: Some(attempt.reference.clone()),
+                    action_reference: Some(capture.reference.clone()),
+                    raw_status: "submitted".into(),
+                    ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
+                };
+                if !self
+                    .record_sent(
+                        EventTarget::Capture(capture.reference.clone()),
+                        processing,
+                        &provenance,
+                        &connector,
+                    )
+                    .await?
+                {
+                    return Ok(Action::Waiting {
+                        reason: "another caller recorded it as sent and is sending it",
+                    });
+                }
+                self.store()
+                    .note_psp_call(PendingKind::Capture, &capture.id)
+                    .await?;
+                self.send(&connector, &own, &spec, &request, &provenance)
+                    .await
+            }
+            CaptureState::Processing
+                if !self.may_query(trigger, capture.last_psp_call_at, &connector) =>
+            {
+                Ok(Action::Waiting {
+                    reason: "a PSP call for it is still within its budget",
+                })
+            }
+            _ => {
+                // Asks about the payment (the contract has no capture query); the
+                // amount of a payment query is the payment's.
+                let spec = action_spec(
+                    Operation::QueryPayment,
+                    &attempt,
+                    &order,
+                    &capture.reference,
+                    attempt.amount,
+                    None,
+                );
+                self.query(
+                    PendingKind::Capture,
+                    &capture.id,
+                    &connector,
+                    &own,
+                    &spec,
+                    trigger,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn advance_refund(
+        &self,
+        id: &str,
+        trigger: Trigger,
+    ) -> Result<Advanced, OrchestratorError> {
+        let refund = self.store().get_refund(id).await?;
+        let span = tracing::info_span!("advance", payment_id = %refund.payment_id,
+            refund_id = %refund.id, attempt_id = %refund.attempt_id,
+            adapter = %refund.adapter, trigger = %trigger);
+        async {
+            let action = self.refund_step(&refund, trigger).await?;
+            let after = self.store().get_refund(id).await?;
+            tracing::info!(from = %refund.state, to = %after.state, ?action, "advanced refund");
+            Ok(Advanced {
+                target: Target::Refund(refund.id.clone()),
+                payment_id: refund.payment_id.clone(),
+                state_before: refund.state.to_string(),
+                state_after: after.state.to_string(),
+                action,
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn refund_step(
+        &self,
+        refund: &Refund,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        if refund.state.is_terminal() {
+            return Ok(Action::Final);
+        }
+        if refund.state == RefundState::Created && trigger == Trigger::Webhook {
+            return Ok(Action::Waiting {
+                reason: "not sent yet; a webhook never starts a refund",
+            });
+        }
+        let attempt = self.store().get_attempt(&refund.attempt_id).await?;
+        let order = self.store().get_payment(None, &refund.payment_id).await?;
+        let connector = self.connector(&attempt.connector_account_id).await?;
+        let own = OwnAggregate::Refund {
+            reference: refund.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let provenance = Self::provenance(&connector, trigger);
+        match refund.state {
+            RefundState::Created => {
+                let spec = action_spec(
+                    Operation::Refund,
+                    &attempt,
+                    &order,
+                    &refund.reference,
+                    refund.amount,
+                    None,
+                );
+                let request = match call::prepare(&connector, &spec).await? {
+                    Ok(request) => request,
+                    Err(not_sent) => {
+                        self.store()
+                            .cancel_unsent_refund(&refund.reference, &provenance)
+                            .await?;
+                        return Ok(not_sent.into());
+                    }
+                };
+                let processing = PaymentEvent {
+                    attempt_reference: Some(attempt.reference.clone()),
+                    action_reference: Some(refund.reference.clone()),
+                    raw_status: "submitted".into(),
+                    ..PaymentEvent::new(EventKind::RefundProcessing, EvidenceSource::SyncResponse)
+                };
+                if !self
+                    .record_sent(
+                        EventTarget::Refund(refund.reference.clone()),
+                        processing,
+                        &provenance,
+                        &connector,
+                    )
+                    .await?
+                {
+                    return Ok(Action::Waiting {
+                        reason: "another caller recorded it as sent and is sending it",
+                    });
+                }
+                self.store()
+                    .note_psp_call(PendingKind::Refund, &refund.id)
+                    .await?;
+                self.send(&connector, &own, &spec, &request, &provenance)
+                    .await
+            }
+            RefundState::Processing
+                if !self.may_query(trigger, refund.last_psp_call_at, &connector) =>
+            {
+                Ok(Action::Waiting {
+                    reason: "a PSP call for it is still within its budget",
+                })
+            }
+            _ => {
+                let spec = action_spec(
+                    Operation::QueryRefund,
+                    &attempt,
+                    &order,
+                    &refund.reference,
+                    refund.amount,
+                    refund.psp_reference.clone(),
+                );
+                self.query(
+                    PendingKind::Refund,
+                    &refund.id,
+                    &connector,
+                    &own,
+                    &spec,
+                    trigger,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Whether a non-UNKNOWN, non-final aggregate may be queried now. The API
+    /// leaves alone what another caller's call is still handling (its answer
+    /// is on the way); the scanner and operators decide for themselves, and
+    /// a webhook is evidence enough on its own.
+    fn may_query(
+        &self,
+        trigger: Trigger,
+        last_call_at: Option<i64>,
+        connector: &Connector,
+    ) -> bool {
+        match trigger {
+            Trigger::Scanner | Trigger::Operator => true,
+            Trigger::Webhook => false,
+            Trigger::Api => {
+                let window =
+                    millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+                last_call_at.is_none_or(|at| self.now_ms().saturating_sub(at) >= window)
+            }
+        }
+    }
+
+    /// Record "sent" through the door before the call. True when this caller
+    /// applied it (and so owns the send); false when another caller did.
+    async fn record_sent(
+        &self,
+        target: EventTarget,
+        event: PaymentEvent,
+        provenance: &Provenance,
+        connector: &Connector,
+    ) -> Result<bool, OrchestratorError> {
+        // If the host dies mid-call, the scanner finds the row once the call's
+        // budget (and a little more) has passed, and queries.
+        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+        let next_look = self.now_ms().saturating_add(window);
+        let applied = self
+            .apply_host_event(target, event, provenance, Some(next_look))
+            .await?;
+        Ok(applied == DecisionKind::Applied)
+    }
+
+    async fn apply_host_event(
+        &self,
+        target: EventTarget,
+        event: PaymentEvent,
+        provenance: &Provenance,
+        next_retry_time: Option<i64>,
+    ) -> Result<DecisionKind, OrchestratorError> {
+        let applied = self
+            .apply(ApplyEvent {
+                target,
+                event,
+                provenance: provenance.clone(),
+                inbox_id: None,
+                next_retry_time,
+            })
+            .await?;
+        Ok(applied.decision)
+    }
+
+    async fn send(
+        &self,
+        connector: &Connector,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        request: &crate::transport::CheckedRequest,
+        provenance: &Provenance,
+    ) -> Result<Action, OrchestratorError> {
+        let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
+        let unknown = outcome.unknown_code().map(str::to_owned);
+        let applied = self.apply_outcome(own, spec, outcome, provenance).await?;
+        Ok(Action::Sent {
+            operation: spec.operation,
+            unknown,
+            decisions: DecisionTally::of(&applied),
+        })
+    }
+
+    async fn query(
+        &self,
+        kind: PendingKind,
+        id: &str,
+        connector: &Connector,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        let request = match call::prepare(connector, spec).await? {
+            Ok(request) => request,
+            Err(not_sent) => return Ok(not_sent.into()),
+        };
+        self.store().note_psp_call(kind, id).await?;
+        let provenance = Self::provenance(connector, trigger);
+        let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, &request).await;
+        let unknown = outcome.unknown_code().map(str::to_owned);
+        let applied = self.apply_outcome(own, spec, outcome, &provenance).await?;
+        Ok(Action::Queried {
+            operation: spec.operation,
+            unknown,
+            decisions: DecisionTally::of(&applied),
+        })
+    }
+}
+
+impl From<NotSent> for Action {
+    fn from(not_sent: NotSent) -> Self {
+        Action::NotSent {
+            code: not_sent.code,
+            message: not_sent.message,
+        }
+    }
+}
+
+fn not_sent_failure(not_sent: &NotSent) -> Failure {
+    Failure {
+        category: FailureCategory::Configuration,
+        code: not_sent.code.clone(),
+        message: not_sent.message.clone(),
+    }
+}
+
+/// The context of a payment operation (authorize, sale, void, query-payment),
+/// from persisted facts only.
+pub(crate) fn attempt_spec(
+    operation: Operation,
+    attempt: &PaymentAttempt,
+    order: &PaymentOrder,
+) -> OperationSpec {
+    OperationSpec {
+        operation,
+        attempt_reference: attempt.reference.clone(),
+        action_reference: None,
+        psp_payment_reference: attempt.psp_reference.clone(),
+        psp_refund_reference: None,
+        amount: attempt.amount,
+        payment_method_token: attempt.payment_method_token.clone(),
+        return_url: order.return_url.clone(),
+        merchant_order_no: order.merchant_order_no.clone(),
+        metadata: metadata_pairs(&order.metadata),
+    }
+}
+
+/// The context of a capture or refund operation (or its query).
+fn action_spec(
+    operation: Operation,
+    attempt: &PaymentAttempt,
+    order: &PaymentOrder,
+    action_reference: &str,
+    amount: sluice_core::Money,
+    psp_refund_reference: Option<String>,
+) -> OperationSpec {
+    OperationSpec {
+        action_reference: Some(action_reference.to_owned()),
+        psp_refund_reference,
+        amount,
+        ..attempt_spec(operation, attempt, order)
+    }
+}

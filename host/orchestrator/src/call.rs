@@ -1,0 +1,318 @@
+//! One PSP operation, end to end on the host side: the adapter builds the
+//! request, the host checks and performs it, the adapter parses the answer.
+//!
+//! Classification lives here and only here. Anything that may have reached
+//! the PSP without a usable answer (timeout, connection error, 5xx, an answer
+//! the adapter cannot interpret, an adapter that traps while parsing) is
+//! UNKNOWN. Only a definitive decline the adapter reports is a failure, and
+//! the core decides even that from the event's failure category.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice_adapter_runtime::{AdapterHandle, ConnectorAccountScope};
+use sluice_core::PaymentEvent;
+
+use crate::convert::{self, OperationSpec};
+use crate::error::OrchestratorError;
+use crate::transport::{check_request, CallBudget, CheckedRequest, PspTransport};
+
+/// Everything needed to call one connector account's PSP.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    pub account_id: String,
+    pub adapter: AdapterHandle,
+    /// Only this account's settings and secrets.
+    pub scope: ConnectorAccountScope,
+    pub budget: CallBudget,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("account_id", &self.account_id)
+            .field("adapter", &self.adapter.identity())
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    pub fn base_url(&self) -> &str {
+        self.scope
+            .config
+            .get("base_url")
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+}
+
+/// Shortest and longest per-connector call budgets the host accepts.
+const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The call budget of a connector account: its `timeout_ms` setting, or the default.
+pub(crate) fn budget_for(
+    config: &BTreeMap<String, String>,
+    default_timeout: Duration,
+    max_response_bytes: usize,
+) -> CallBudget {
+    let timeout = config
+        .get("timeout_ms")
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(default_timeout)
+        .clamp(MIN_TIMEOUT, MAX_TIMEOUT);
+    CallBudget {
+        timeout,
+        max_response_bytes,
+    }
+}
+
+/// A request that never left the host: nothing can have happened at the PSP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotSent {
+    pub code: String,
+    pub message: String,
+}
+
+/// What the host learned from one call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallOutcome {
+    /// The adapter interpreted the PSP's answer.
+    Answered(Vec<PaymentEvent>),
+    /// The request may have been processed, but the host learned nothing.
+    Unknown { code: String, message: String },
+}
+
+impl CallOutcome {
+    /// The events to apply: the adapter's, or the host's own UNKNOWN.
+    pub fn into_events(self, spec: &OperationSpec) -> Vec<PaymentEvent> {
+        match self {
+            CallOutcome::Answered(events) => events,
+            CallOutcome::Unknown { code, message } => vec![spec.unknown_event(&code, &message)],
+        }
+    }
+
+    pub fn unknown_code(&self) -> Option<&str> {
+        match self {
+            CallOutcome::Answered(_) => None,
+            CallOutcome::Unknown { code, .. } => Some(code),
+        }
+    }
+}
+
+/// Ask the adapter for the request and check it. `Ok(Err(_))`: the adapter or
+/// the host refused, nothing left. `Err(_)`: the sandbox failed (transient);
+/// nothing left either, and the caller should try again later.
+pub(crate) async fn prepare(
+    connector: &Connector,
+    spec: &OperationSpec,
+) -> Result<Result<CheckedRequest, NotSent>, OrchestratorError> {
+    let built = connector
+        .adapter
+        .build_request(&connector.scope, spec.to_wit())
+        .await?;
+    let request = match built {
+        Ok(request) => request,
+        Err(failure) => {
+            return Ok(Err(NotSent {
+                code: failure.code,
+                message: format!("the adapter did not build the request: {}", failure.message),
+            }))
+        }
+    };
+    Ok(
+        check_request(&request, connector.base_url()).map_err(|refused| NotSent {
+            code: "request_refused".into(),
+            message: refused.to_string(),
+        }),
+    )
+}
+
+/// Perform a checked request and let the adapter interpret the answer.
+pub(crate) async fn perform(
+    transport: &dyn PspTransport,
+    connector: &Connector,
+    spec: &OperationSpec,
+    request: &CheckedRequest,
+) -> CallOutcome {
+    let started = Instant::now();
+    let sent = transport.send(request, &connector.budget).await;
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let response = match sent {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::warn!(operation = %spec.operation, elapsed_ms, error = %error,
+                "PSP call got no answer: outcome unknown");
+            return CallOutcome::Unknown {
+                code: error.code().to_owned(),
+                message: error.to_string(),
+            };
+        }
+    };
+    let status = response.status;
+    tracing::info!(operation = %spec.operation, status, elapsed_ms, "PSP answered");
+    let parsed = connector
+        .adapter
+        .parse_response(&connector.scope, spec.to_wit(), response)
+        .await;
+    interpret(spec, status, parsed)
+}
+
+type Parsed = Result<
+    Result<Vec<sluice_adapter_runtime::PaymentEvent>, sluice_adapter_runtime::Failure>,
+    sluice_adapter_runtime::AdapterError,
+>;
+
+/// The adapter's reading of an answer, classified by the host.
+pub(crate) fn interpret(spec: &OperationSpec, status: u16, parsed: Parsed) -> CallOutcome {
+    let events = match parsed {
+        Err(error) => {
+            return unknown(
+                spec,
+                "adapter_error",
+                &format!("the adapter failed: {error}"),
+            )
+        }
+        Ok(Err(failure)) => {
+            return unknown(
+                spec,
+                &failure.code,
+                &format!(
+                    "HTTP {status}: the answer could not be interpreted: {}",
+                    failure.message
+                ),
+            )
+        }
+        Ok(Ok(events)) => events,
+    };
+    match convert::payment_events(&events, spec.operation.evidence()) {
+        Err(error) => unknown(spec, "unusable_answer", &error.to_string()),
+        Ok(events) if events.is_empty() => unknown(
+            spec,
+            "no_events",
+            &format!("HTTP {status}: the adapter reported nothing"),
+        ),
+        Ok(events) => CallOutcome::Answered(events),
+    }
+}
+
+fn unknown(spec: &OperationSpec, code: &str, message: &str) -> CallOutcome {
+    tracing::warn!(operation = %spec.operation, code, message, "PSP answer unusable: outcome unknown");
+    CallOutcome::Unknown {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::Operation;
+    use sluice_adapter_runtime as wit;
+    use sluice_core::{Currency, EventKind, Money};
+
+    fn spec(operation: Operation) -> OperationSpec {
+        OperationSpec {
+            operation,
+            attempt_reference: "pay_1_a1".into(),
+            action_reference: None,
+            psp_payment_reference: None,
+            psp_refund_reference: None,
+            amount: Money::positive(100, Currency::parse("EUR").unwrap()).unwrap(),
+            payment_method_token: None,
+            return_url: None,
+            merchant_order_no: "o-1".into(),
+            metadata: vec![],
+        }
+    }
+
+    fn declined() -> wit::PaymentEvent {
+        wit::PaymentEvent {
+            kind: wit::EventKind::PaymentFailed,
+            attempt_reference: Some("pay_1_a1".into()),
+            action_reference: None,
+            psp_reference: Some("p_1".into()),
+            psp_payment_reference: None,
+            amount: None,
+            provider_event_id: None,
+            evidence: wit::EvidenceSource::SyncResponse,
+            raw_status: "declined".into(),
+            failure: Some(wit::Failure {
+                category: wit::FailureCategory::Declined,
+                code: "card_declined".into(),
+                message: "declined".into(),
+            }),
+            next_action_url: None,
+        }
+    }
+
+    #[test]
+    fn a_definitive_decline_from_the_adapter_is_passed_on_as_an_answer() {
+        let outcome = interpret(&spec(Operation::Sale), 402, Ok(Ok(vec![declined()])));
+        let CallOutcome::Answered(events) = outcome else {
+            panic!("expected an answer");
+        };
+        assert_eq!(events[0].kind, EventKind::PaymentFailed);
+        assert!(events[0].failure_is_definitive());
+    }
+
+    #[test]
+    fn an_uninterpretable_answer_is_unknown_never_failed() {
+        let failure = wit::Failure {
+            category: wit::FailureCategory::Declined,
+            code: "malformed_response".into(),
+            message: "not JSON".into(),
+        };
+        let outcome = interpret(&spec(Operation::Sale), 200, Ok(Err(failure)));
+        let events = outcome.into_events(&spec(Operation::Sale));
+        assert_eq!(events[0].kind, EventKind::ResultUnknown);
+        assert!(!events[0].failure_is_definitive());
+    }
+
+    #[test]
+    fn an_adapter_crash_while_parsing_is_unknown() {
+        let outcome = interpret(
+            &spec(Operation::Refund),
+            200,
+            Err(wit::AdapterError::Trap("unreachable".into())),
+        );
+        assert_eq!(outcome.unknown_code(), Some("adapter_error"));
+        let events = outcome.into_events(&spec(Operation::Refund));
+        assert_eq!(events[0].kind, EventKind::RefundUnknown);
+    }
+
+    #[test]
+    fn an_empty_or_unconvertible_answer_is_unknown() {
+        assert_eq!(
+            interpret(&spec(Operation::Sale), 200, Ok(Ok(vec![]))).unknown_code(),
+            Some("no_events")
+        );
+        let mut bad = declined();
+        bad.amount = Some(wit::Money {
+            amount_minor: -1,
+            currency: "EUR".into(),
+        });
+        assert_eq!(
+            interpret(&spec(Operation::Sale), 200, Ok(Ok(vec![bad]))).unknown_code(),
+            Some("unusable_answer")
+        );
+    }
+
+    #[test]
+    fn a_connector_budget_comes_from_its_config_within_bounds() {
+        let default = Duration::from_secs(15);
+        let mut config = BTreeMap::new();
+        assert_eq!(budget_for(&config, default, 10).timeout, default);
+        config.insert("timeout_ms".into(), "2500".into());
+        assert_eq!(
+            budget_for(&config, default, 10).timeout,
+            Duration::from_millis(2500)
+        );
+        config.insert("timeout_ms".into(), "1".into());
+        assert_eq!(budget_for(&config, default, 10).timeout, MIN_TIMEOUT);
+        config.insert("timeout_ms".into(), "oops".into());
+        assert_eq!(budget_for(&config, default, 10).timeout, default);
+    }
+}

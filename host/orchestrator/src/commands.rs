@@ -1,0 +1,481 @@
+//! The merchant-facing operations: create, confirm, capture, void, refund.
+//!
+//! Each persists what it must first (the order, the attempt with its stable
+//! reference, the capture or refund reservation), then drives the PSP step in
+//! a spawned task and waits for it at most [`OrchestratorConfig::sync_wait`].
+//! When the outcome is not known by then, the caller gets the current view
+//! (processing, with `in_progress` set) and the task carries on: the request
+//! is never abandoned half-way because a client stopped waiting, and a
+//! timeout is never reported as a failure.
+//!
+//! [`OrchestratorConfig::sync_wait`]: crate::OrchestratorConfig::sync_wait
+
+use std::future::Future;
+
+use sluice_core::{
+    client_status, refund_client_status, request_void, AttemptState, CaptureMode, ClientStatus,
+    Money,
+};
+use sluice_store::{
+    Capture, CaptureRequest, NewAttempt, NewPayment, PaymentDetails, Provenance, Refund,
+    RefundRequest, StoreError,
+};
+
+use crate::advance::{attempt_spec, Action, Advanced};
+use crate::call;
+use crate::config::millis;
+use crate::convert::Operation;
+use crate::error::OrchestratorError;
+use crate::orchestrator::{DecisionTally, Orchestrator, OwnAggregate, Target, Trigger};
+
+/// What a merchant creates a payment with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatePayment {
+    pub merchant_order_no: String,
+    pub amount: Money,
+    pub capture_mode: CaptureMode,
+    pub payment_method_token: Option<String>,
+    pub return_url: Option<String>,
+    pub description: Option<String>,
+    /// A JSON object of string values.
+    pub metadata: serde_json::Value,
+    /// Start the first attempt right away.
+    pub confirm: bool,
+    /// Where to confirm (see [`Route`]); only used with `confirm`.
+    pub route: Route,
+}
+
+/// Which connector account serves an attempt: the one named, else the
+/// merchant's only active account of the hinted adapter, else the merchant's
+/// only active account.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    pub connector_account_id: Option<String>,
+    /// An adapter name, e.g. "stripe".
+    pub adapter_hint: Option<String>,
+}
+
+/// A payment as the API shows it, read from the primary store after the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentView {
+    pub details: PaymentDetails,
+    /// The client-facing projection (never more than the evidence shows).
+    pub status: ClientStatus,
+    /// The call that produced this view did not learn its outcome within the
+    /// wait budget; it goes on in the background. Poll again.
+    pub in_progress: bool,
+    /// When `status` is `processing`: a sensible time to poll again.
+    pub poll_after_ms: Option<u64>,
+}
+
+/// The result of `create_payment`: the view, and whether this call created
+/// it (false: an identical earlier request did).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Created {
+    pub view: PaymentView,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaptureView {
+    pub capture: Capture,
+    pub payment: PaymentView,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefundView {
+    pub refund: Refund,
+    /// `pending`, `succeeded`, `failed` or `canceled` (UNKNOWN shows as pending).
+    pub status: &'static str,
+    pub payment: PaymentView,
+}
+
+/// What a background step reported back within the wait budget.
+enum Waited<T> {
+    Done(T),
+    StillRunning,
+}
+
+impl Orchestrator {
+    /// Create a payment (unique per merchant and merchant order number). The
+    /// same number with the same parameters returns the existing payment;
+    /// with different parameters it is a conflict. With `confirm`, the first
+    /// attempt starts at once.
+    pub async fn create_payment(
+        &self,
+        merchant_id: &str,
+        params: CreatePayment,
+    ) -> Result<Created, OrchestratorError> {
+        if !params.metadata.is_object() {
+            return Err(OrchestratorError::InvalidRequest(
+                "metadata must be a JSON object".into(),
+            ));
+        }
+        if params.confirm {
+            // Refuse an unroutable payment before anything is written.
+            self.route(merchant_id, &params.route).await?;
+        }
+        let new = NewPayment {
+            merchant_id: merchant_id.to_owned(),
+            merchant_order_no: params.merchant_order_no.clone(),
+            amount: params.amount,
+            capture_mode: params.capture_mode,
+            payment_method_token: params.payment_method_token.clone(),
+            return_url: params.return_url.clone(),
+            description: params.description.clone(),
+            metadata: params.metadata.clone(),
+            fulfillment: Default::default(),
+        };
+        let provenance = Provenance::actor(&format!("merchant:{merchant_id}"));
+        let (order, created) = match self.store().create_payment(&new, &provenance).await {
+            Ok(order) => (order, true),
+            Err(StoreError::Conflict(_)) => {
+                let existing = self
+                    .store()
+                    .get_payment_by_order_no(merchant_id, &params.merchant_order_no)
+                    .await?;
+                if !same_request(&existing, &new) {
+                    return Err(OrchestratorError::Conflict(format!(
+                        "merchant order number {:?} is already used by payment {} with other parameters",
+                        params.merchant_order_no, existing.id
+                    )));
+                }
+                (existing, false)
+            }
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(payment_id = %order.id, created, "payment created");
+        let never_confirmed = self.store().list_attempts(&order.id).await?.is_empty();
+        let view = if params.confirm && never_confirmed {
+            self.confirm(merchant_id, &order.id, &params.route).await?
+        } else {
+            self.view(merchant_id, &order.id, false).await?
+        };
+        Ok(Created { view, created })
+    }
+
+    /// Start an attempt at the PSP. Refused while an earlier attempt is in
+    /// flight or UNKNOWN (only a definitive failure allows a new one).
+    pub async fn confirm(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        route: &Route,
+    ) -> Result<PaymentView, OrchestratorError> {
+        // Scope first: someone else's payment is "not found", never routed.
+        self.store()
+            .get_payment(Some(merchant_id), payment_id)
+            .await?;
+        let account_id = self.route(merchant_id, route).await?;
+        let connector = self.connector(&account_id).await?;
+        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+        let attempt = self
+            .store()
+            .create_attempt(
+                &NewAttempt {
+                    payment_id: payment_id.to_owned(),
+                    connector_account_id: account_id,
+                    next_retry_time: Some(self.now_ms().saturating_add(window)),
+                    ..NewAttempt::default()
+                },
+                &Provenance::actor(&format!("merchant:{merchant_id}")),
+            )
+            .await?;
+        let waited = self.drive(Target::Attempt(attempt.id)).await;
+        self.view(merchant_id, payment_id, waited).await
+    }
+
+    /// Capture all (`amount` None) or part of an authorization. The amount is
+    /// reserved before anything is sent; too much is refused and changes nothing.
+    pub async fn capture(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        amount: Option<Money>,
+    ) -> Result<CaptureView, OrchestratorError> {
+        let details = self
+            .store()
+            .payment_details(Some(merchant_id), payment_id)
+            .await?;
+        let amount = match amount {
+            Some(amount) => amount,
+            None => remaining(&details, details.amounts.capturable_minor(), "capture")?,
+        };
+        self.ensure_adapter_of_latest(&details).await?;
+        let reservation = self
+            .store()
+            .reserve_capture(
+                &CaptureRequest {
+                    payment_id: payment_id.to_owned(),
+                    merchant_id: Some(merchant_id.to_owned()),
+                    amount,
+                },
+                &Provenance::actor(&format!("merchant:{merchant_id}")),
+            )
+            .await?;
+        let capture_id = reservation.record.id;
+        let waited = self.drive(Target::Capture(capture_id.clone())).await;
+        Ok(CaptureView {
+            capture: self.store().get_capture(&capture_id).await?,
+            payment: self.view(merchant_id, payment_id, waited).await?,
+        })
+    }
+
+    /// Refund all that is refundable (`amount` None) or part of it. The amount
+    /// is reserved atomically before any PSP call: more than the refundable
+    /// amount is refused and changes nothing.
+    pub async fn refund(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        amount: Option<Money>,
+        reason: Option<String>,
+    ) -> Result<RefundView, OrchestratorError> {
+        let details = self
+            .store()
+            .payment_details(Some(merchant_id), payment_id)
+            .await?;
+        let amount = match amount {
+            Some(amount) => amount,
+            None => remaining(&details, details.amounts.refundable_minor(), "refund")?,
+        };
+        self.ensure_adapter_of_latest(&details).await?;
+        let reservation = self
+            .store()
+            .reserve_refund(
+                &RefundRequest {
+                    payment_id: payment_id.to_owned(),
+                    merchant_id: Some(merchant_id.to_owned()),
+                    amount,
+                    reason,
+                },
+                &Provenance::actor(&format!("merchant:{merchant_id}")),
+            )
+            .await?;
+        let refund_id = reservation.record.id;
+        let waited = self.drive(Target::Refund(refund_id.clone())).await;
+        let refund = self.store().get_refund(&refund_id).await?;
+        Ok(RefundView {
+            status: refund_client_status(refund.state),
+            refund,
+            payment: self.view(merchant_id, payment_id, waited).await?,
+        })
+    }
+
+    /// Void an authorization (manual capture, nothing captured or in flight).
+    /// The PSP's PAYMENT_CANCELED is what cancels the payment; a void whose
+    /// outcome is unknown leaves it authorized, and may be sent again (same
+    /// reference).
+    pub async fn void(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+    ) -> Result<PaymentView, OrchestratorError> {
+        let details = self
+            .store()
+            .payment_details(Some(merchant_id), payment_id)
+            .await?;
+        let attempt = details.attempts.last().cloned().ok_or_else(|| {
+            OrchestratorError::InvalidState("the payment has no attempt to void".into())
+        })?;
+        let snapshot = details.order.snapshot(&details.amounts)?;
+        request_void(&snapshot, &attempt.snapshot())
+            .map_err(|refused| OrchestratorError::InvalidState(refused.to_string()))?;
+        let connector = self.connector(&attempt.connector_account_id).await?;
+        let spec = attempt_spec(Operation::Void, &attempt, &details.order);
+        let request = call::prepare(&connector, &spec)
+            .await?
+            .map_err(|not_sent| OrchestratorError::InvalidRequest(not_sent.message))?;
+        let this = self.clone();
+        let own = OwnAggregate::Attempt {
+            reference: attempt.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let span = tracing::info_span!("void", payment_id, attempt_id = %attempt.id,
+            adapter = %attempt.adapter);
+        let waited = self
+            .wait_for(
+                async move {
+                    let provenance = Orchestrator::provenance(&connector, Trigger::Api);
+                    let outcome =
+                        call::perform(this.inner.transport.as_ref(), &connector, &spec, &request)
+                            .await;
+                    let unknown = outcome.unknown_code().map(str::to_owned);
+                    let applied = this
+                        .apply_outcome(&own, &spec, outcome, &provenance)
+                        .await?;
+                    Ok(Action::Sent {
+                        operation: Operation::Void,
+                        unknown,
+                        decisions: DecisionTally::of(&applied),
+                    })
+                },
+                span,
+            )
+            .await;
+        self.view(merchant_id, payment_id, !matches!(waited, Waited::Done(_)))
+            .await
+    }
+
+    /// The payment as it is now, for a merchant.
+    pub async fn payment(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+    ) -> Result<PaymentView, OrchestratorError> {
+        self.view(merchant_id, payment_id, false).await
+    }
+
+    async fn view(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        in_progress: bool,
+    ) -> Result<PaymentView, OrchestratorError> {
+        let details = self
+            .store()
+            .payment_details(Some(merchant_id), payment_id)
+            .await?;
+        let status = client_status(&sluice_core::PaymentView {
+            order: details.order.state,
+            latest_attempt: details.attempts.last().map(|a| a.state),
+            amounts: details.amounts.to_core()?,
+            manual_review: details.order.manual_review,
+        });
+        let poll_after_ms = (status == ClientStatus::Processing).then(|| {
+            u64::try_from(millis(self.config().sync_wait))
+                .unwrap_or(u64::MAX)
+                .max(1000)
+        });
+        Ok(PaymentView {
+            details,
+            status,
+            in_progress,
+            poll_after_ms,
+        })
+    }
+
+    /// Run `advance(target, Api)` in its own task and wait for it within the
+    /// budget. Returns whether it is still running. A failure of the step is
+    /// logged, not returned: what was persisted stands, the view shows it,
+    /// and the scanner takes the aggregate up again.
+    async fn drive(&self, target: Target) -> bool {
+        let this = self.clone();
+        let span = tracing::info_span!("drive", target = %target);
+        let waited = self
+            .wait_for(
+                async move {
+                    this.advance(target, Trigger::Api)
+                        .await
+                        .map(|Advanced { action, .. }| action)
+                },
+                span,
+            )
+            .await;
+        matches!(waited, Waited::StillRunning)
+    }
+
+    async fn wait_for(
+        &self,
+        step: impl Future<Output = Result<Action, OrchestratorError>> + Send + 'static,
+        span: tracing::Span,
+    ) -> Waited<Action> {
+        use tracing::Instrument;
+        let task = tokio::spawn(step.instrument(span));
+        match tokio::time::timeout(self.config().sync_wait, task).await {
+            Ok(Ok(Ok(action))) => Waited::Done(action),
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(error = %error, "PSP step failed; the scanner will take it up again");
+                Waited::Done(Action::Waiting {
+                    reason: "the step failed; recovery continues",
+                })
+            }
+            Ok(Err(join_error)) => {
+                tracing::error!(error = %join_error, "PSP step task failed");
+                Waited::Done(Action::Waiting {
+                    reason: "the step task failed; recovery continues",
+                })
+            }
+            Err(_) => {
+                tracing::info!(
+                    budget_ms = millis(self.config().sync_wait),
+                    "outcome not known within the wait budget; continuing in the background"
+                );
+                Waited::StillRunning
+            }
+        }
+    }
+
+    /// The connector account for a new attempt.
+    async fn route(&self, merchant_id: &str, route: &Route) -> Result<String, OrchestratorError> {
+        if let Some(id) = &route.connector_account_id {
+            let account = self
+                .store()
+                .get_connector_account(id, Some(merchant_id))
+                .await?;
+            if account.status != "active" {
+                return Err(OrchestratorError::NoRoute(format!(
+                    "connector account {id} is {}",
+                    account.status
+                )));
+            }
+            return Ok(account.id);
+        }
+        let candidates: Vec<_> = self
+            .store()
+            .list_connector_accounts(merchant_id)
+            .await?
+            .into_iter()
+            .filter(|a| a.status == "active")
+            .filter(|a| {
+                route
+                    .adapter_hint
+                    .as_ref()
+                    .is_none_or(|hint| &a.adapter == hint)
+            })
+            .collect();
+        match candidates.as_slice() {
+            [one] => Ok(one.id.clone()),
+            [] => Err(OrchestratorError::NoRoute(
+                "no active connector account matches".into(),
+            )),
+            _ => Err(OrchestratorError::NoRoute(
+                "several connector accounts match; name one".into(),
+            )),
+        }
+    }
+
+    /// Refuse a capture or refund early (nothing reserved) when the adapter
+    /// that must send it is not loaded.
+    async fn ensure_adapter_of_latest(
+        &self,
+        details: &PaymentDetails,
+    ) -> Result<(), OrchestratorError> {
+        let attempt = details
+            .attempts
+            .iter()
+            .rev()
+            .find(|a| matches!(a.state, AttemptState::Authorized | AttemptState::Succeeded));
+        if let Some(attempt) = attempt {
+            self.connector(&attempt.connector_account_id).await?;
+        }
+        Ok(())
+    }
+}
+
+/// All that remains (to capture or refund), in the payment's currency.
+fn remaining(details: &PaymentDetails, minor: i64, what: &str) -> Result<Money, OrchestratorError> {
+    Money::positive(minor, details.order.amount.currency).map_err(|_| {
+        OrchestratorError::InvalidState(format!("nothing left to {what} on this payment"))
+    })
+}
+
+/// Whether a repeated create carries the same parameters as the stored one.
+fn same_request(existing: &sluice_store::PaymentOrder, new: &NewPayment) -> bool {
+    existing.amount == new.amount
+        && existing.capture_mode == new.capture_mode
+        && existing.payment_method_token == new.payment_method_token
+        && existing.return_url == new.return_url
+        && existing.description == new.description
+        && existing.metadata == new.metadata
+}

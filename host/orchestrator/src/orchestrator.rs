@@ -1,0 +1,373 @@
+//! The `Orchestrator` handle and what every entry point shares: resolving a
+//! connector account to an adapter and a call budget, and putting events
+//! through the store's one door.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sluice_adapter_runtime::{AdapterRuntime, ConnectorAccountScope};
+use sluice_core::{route_event, Aggregate, CaptureMode, PaymentEvent};
+use sluice_store::{
+    Applied, ApplyEvent, Clock, DecisionKind, EventTarget, Provenance, Store, StoreError,
+};
+
+use crate::call::{budget_for, CallOutcome, Connector};
+use crate::config::OrchestratorConfig;
+use crate::convert::OperationSpec;
+use crate::error::OrchestratorError;
+use crate::transport::PspTransport;
+
+/// What woke `advance`: the same function serves every entry point, and the
+/// trigger only tunes how eager it is (see [`crate::advance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// A merchant API call (confirm, capture, refund, ...).
+    Api,
+    /// The inbox processor, after it applied a webhook event.
+    Webhook,
+    /// The recovery scanner.
+    Scanner,
+    /// An operator asked for it explicitly.
+    Operator,
+}
+
+impl Trigger {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Trigger::Api => "api",
+            Trigger::Webhook => "webhook",
+            Trigger::Scanner => "scanner",
+            Trigger::Operator => "operator",
+        }
+    }
+
+    /// The actor recorded in history for events this trigger produces.
+    pub(crate) fn actor(&self) -> &'static str {
+        match self {
+            Trigger::Api => "system:api",
+            Trigger::Webhook => "system:webhook",
+            Trigger::Scanner => "system:scanner",
+            Trigger::Operator => "system:operator",
+        }
+    }
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The aggregate `advance` works on, by its id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(tag = "type", content = "id", rename_all = "snake_case")]
+pub enum Target {
+    Attempt(String),
+    Capture(String),
+    Refund(String),
+}
+
+impl Target {
+    pub fn id(&self) -> &str {
+        match self {
+            Target::Attempt(id) | Target::Capture(id) | Target::Refund(id) => id,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Attempt(_) => "attempt",
+            Target::Capture(_) => "capture",
+            Target::Refund(_) => "refund",
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind(), self.id())
+    }
+}
+
+/// The orchestrator. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Orchestrator {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub runtime: AdapterRuntime,
+    pub transport: Arc<dyn PspTransport>,
+    pub clock: Arc<dyn Clock>,
+    pub config: OrchestratorConfig,
+}
+
+impl std::fmt::Debug for Orchestrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orchestrator")
+            .field("transport", &self.inner.transport)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Orchestrator {
+    pub fn new(
+        store: Store,
+        runtime: AdapterRuntime,
+        transport: Arc<dyn PspTransport>,
+        clock: Arc<dyn Clock>,
+        config: OrchestratorConfig,
+    ) -> Self {
+        Orchestrator {
+            inner: Arc::new(Inner {
+                store,
+                runtime,
+                transport,
+                clock,
+                config,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn runtime(&self) -> &AdapterRuntime {
+        &self.inner.runtime
+    }
+
+    pub fn config(&self) -> &OrchestratorConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// Resolve a connector account: the active version of its adapter, its
+    /// own settings and secrets (nobody else's), its call budget.
+    pub(crate) async fn connector(&self, account_id: &str) -> Result<Connector, OrchestratorError> {
+        let credentials = self.inner.store.connector_credentials(account_id).await?;
+        let adapter = self
+            .inner
+            .runtime
+            .active(&credentials.adapter)
+            .ok_or_else(|| OrchestratorError::AdapterNotLoaded(credentials.adapter.clone()))?;
+        let scope = ConnectorAccountScope {
+            account_id: credentials.connector_account_id.clone(),
+            config: string_map(&credentials.config),
+            secrets: string_map(&credentials.secrets),
+        };
+        let config = &self.inner.config;
+        let budget = budget_for(&scope.config, config.psp_timeout, config.max_response_bytes);
+        Ok(Connector {
+            account_id: credentials.connector_account_id,
+            adapter,
+            scope,
+            budget,
+        })
+    }
+
+    pub(crate) fn provenance(connector: &Connector, trigger: Trigger) -> Provenance {
+        let identity = connector.adapter.identity();
+        Provenance {
+            actor: Some(trigger.actor().to_owned()),
+            ..Provenance::adapter(&identity.name, &identity.version, &identity.digest)
+        }
+    }
+
+    /// Put the events of one PSP answer through the door. Each event goes to
+    /// the aggregate the call was about when the core routes it there, and
+    /// otherwise to whatever its own references name.
+    pub(crate) async fn apply_outcome(
+        &self,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        outcome: CallOutcome,
+        provenance: &Provenance,
+    ) -> Result<Vec<Applied>, OrchestratorError> {
+        let mut applied = Vec::new();
+        for event in outcome.into_events(spec) {
+            let target = own.target_for(&event, &adapter_of(provenance));
+            let from_event = matches!(target, EventTarget::FromEvent { .. });
+            let result = self
+                .apply(ApplyEvent {
+                    target,
+                    event,
+                    provenance: provenance.clone(),
+                    inbox_id: None,
+                    next_retry_time: None,
+                })
+                .await;
+            match result {
+                Ok(done) => applied.push(done),
+                // An extra event about something this host does not know (e.g.
+                // a capture report without a capture in flight) is evidence
+                // without a home: logged, never a reason to lose the others.
+                Err(OrchestratorError::NotFound { entity, id }) if from_event => {
+                    tracing::warn!(
+                        entity,
+                        id,
+                        "event from the PSP matched nothing; not applied"
+                    );
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(applied)
+    }
+
+    pub(crate) async fn apply(&self, input: ApplyEvent) -> Result<Applied, OrchestratorError> {
+        match self.inner.store.apply_event(&input).await {
+            Ok(applied) => Ok(applied),
+            Err(StoreError::NotFound { entity, key }) => {
+                Err(OrchestratorError::NotFound { entity, id: key })
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+fn adapter_of(provenance: &Provenance) -> String {
+    provenance
+        .adapter
+        .as_ref()
+        .map(|a| a.name.clone())
+        .unwrap_or_default()
+}
+
+/// The aggregate a PSP call was about, by its stable reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OwnAggregate {
+    Attempt {
+        reference: String,
+        mode: CaptureMode,
+    },
+    Capture {
+        reference: String,
+        mode: CaptureMode,
+    },
+    Refund {
+        reference: String,
+        mode: CaptureMode,
+    },
+}
+
+impl OwnAggregate {
+    fn target_for(&self, event: &PaymentEvent, adapter: &str) -> EventTarget {
+        let (aggregate, reference, mode) = match self {
+            OwnAggregate::Attempt { reference, mode } => (Aggregate::Attempt, reference, mode),
+            OwnAggregate::Capture { reference, mode } => (Aggregate::Capture, reference, mode),
+            OwnAggregate::Refund { reference, mode } => (Aggregate::Refund, reference, mode),
+        };
+        if route_event(event, *mode) != aggregate {
+            return EventTarget::FromEvent {
+                adapter: adapter.to_owned(),
+            };
+        }
+        match aggregate {
+            Aggregate::Capture => EventTarget::Capture(reference.clone()),
+            Aggregate::Refund => EventTarget::Refund(reference.clone()),
+            Aggregate::Attempt | Aggregate::Order => EventTarget::Attempt(reference.clone()),
+        }
+    }
+}
+
+/// How many of a call's decisions were applied, ignored or refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DecisionTally {
+    pub applied: usize,
+    pub ignored: usize,
+    pub rejected: usize,
+    pub needs_reconciliation: usize,
+}
+
+impl DecisionTally {
+    pub(crate) fn of(applied: &[Applied]) -> Self {
+        let mut tally = DecisionTally::default();
+        for a in applied {
+            match a.decision {
+                DecisionKind::Applied => tally.applied += 1,
+                DecisionKind::IgnoredDuplicate | DecisionKind::IgnoredStale => tally.ignored += 1,
+                DecisionKind::Rejected => tally.rejected += 1,
+                DecisionKind::NeedsReconciliation => tally.needs_reconciliation += 1,
+            }
+        }
+        tally
+    }
+}
+
+/// Connector settings and secrets are JSON objects of strings; other JSON
+/// values are passed on in their JSON text form, and a non-object is empty.
+pub(crate) fn string_map(value: &serde_json::Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .map(|object| {
+            object
+                .iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Merchant metadata (a JSON object) as the adapter contract's key/value list.
+pub(crate) fn metadata_pairs(value: &serde_json::Value) -> Vec<(String, String)> {
+    string_map(value).into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{EventKind, EvidenceSource};
+
+    #[test]
+    fn connector_settings_become_strings_and_non_objects_are_empty() {
+        let map = string_map(&serde_json::json!({"base_url": "http://x", "timeout_ms": 2500}));
+        assert_eq!(map["base_url"], "http://x");
+        assert_eq!(map["timeout_ms"], "2500");
+        assert!(string_map(&serde_json::json!(["a"])).is_empty());
+    }
+
+    #[test]
+    fn events_go_to_the_called_aggregate_only_when_the_core_routes_them_there() {
+        let own = OwnAggregate::Capture {
+            reference: "capref_1".into(),
+            mode: CaptureMode::Manual,
+        };
+        let captured = PaymentEvent {
+            action_reference: Some("capref_1".into()),
+            ..PaymentEvent::new(EventKind::PaymentCaptured, EvidenceSource::SyncResponse)
+        };
+        assert_eq!(
+            own.target_for(&captured, "a"),
+            EventTarget::Capture("capref_1".into())
+        );
+        let succeeded = PaymentEvent::new(EventKind::PaymentSucceeded, EvidenceSource::Query);
+        assert_eq!(
+            own.target_for(&succeeded, "a"),
+            EventTarget::FromEvent {
+                adapter: "a".into()
+            }
+        );
+        let refund = OwnAggregate::Refund {
+            reference: "rfdref_1".into(),
+            mode: CaptureMode::Automatic,
+        };
+        let refunded = PaymentEvent::new(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
+        assert_eq!(
+            refund.target_for(&refunded, "a"),
+            EventTarget::Refund("rfdref_1".into())
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! The orchestrator against real databases (SQLite and PostgreSQL), the real
+//! compiled `test-well-behaved` adapter and a fake PSP over real HTTP.
+
+mod common;
+
+mod money;
+mod payments;
+mod webhooks;
