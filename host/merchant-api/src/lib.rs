@@ -1,1 +1,278 @@
-//! placeholder
+//! Sluice's merchant HTTP API (`/v1/...`), the PSP webhook route
+//! (`/webhooks/{adapter}/{connector_account}`), merchant administration
+//! (`/admin/merchants...`) and the OpenAPI document (`/openapi.json`).
+//!
+//! The binary (`sluice-server`) mounts [`router`] and [`admin_router`]; this
+//! crate owns no listener, config file or background task.
+//!
+//! Layers of a `/v1` request, outermost first: a span carrying `merchant` and
+//! `payment_id` → [`auth::require_merchant`] (Bearer API key) →
+//! [`idempotency::idempotency`] (POST only) → the handler. Every error, from
+//! any layer or extractor, is the one JSON shape of [`error::ErrorBody`].
+
+pub mod admin;
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod idempotency;
+pub mod limits;
+pub mod openapi;
+pub mod payments;
+pub mod requests;
+pub mod views;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::Route;
+use axum::Router;
+use sluice_store::{ApiKeyPepper, ConnectorAccount, Store, StoreError};
+use tower::{Layer, Service};
+use tracing::Instrument;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::auth::AuthedMerchant;
+use crate::error::ApiError;
+use crate::limits::{RateLimit, WebhookMetrics};
+use crate::requests::RoutingHint;
+
+/// Largest request body of a `/v1` or `/admin` endpoint.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest webhook body accepted (an Adyen batch of 100 items fits easily).
+pub const MAX_WEBHOOK_BODY_BYTES: usize = 256 * 1024;
+/// How long idempotency keys live before [`prune_idempotency_keys`] removes them.
+pub const IDEMPOTENCY_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Tunables of the API.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// How long a running request holds its idempotency key before a retry
+    /// may take it over (a crashed instance must not block the key forever).
+    /// Longer than any request can run.
+    pub idempotency_lease_ms: i64,
+    /// Per `adapter/connector_account` rate limit of the webhook route.
+    pub webhook_rate_limit: RateLimit,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            idempotency_lease_ms: 5 * 60 * 1000,
+            webhook_rate_limit: RateLimit::default(),
+        }
+    }
+}
+
+/// State shared by every handler. Cheap to clone.
+#[derive(Clone)]
+pub struct MerchantApiState {
+    pub store: Store,
+    pub pepper: ApiKeyPepper,
+    pub config: Arc<ApiConfig>,
+    webhook_metrics: Arc<WebhookMetrics>,
+}
+
+impl MerchantApiState {
+    pub fn new(store: Store, pepper: ApiKeyPepper) -> Self {
+        Self::with_config(store, pepper, ApiConfig::default())
+    }
+
+    pub fn with_config(store: Store, pepper: ApiKeyPepper, config: ApiConfig) -> Self {
+        MerchantApiState {
+            store,
+            pepper,
+            config: Arc::new(config),
+            webhook_metrics: Arc::new(WebhookMetrics::default()),
+        }
+    }
+
+    /// Counters of the webhook route (for `/metrics`).
+    pub fn webhook_metrics(&self) -> &WebhookMetrics {
+        &self.webhook_metrics
+    }
+
+    /// The connector account a payment goes through: the one named, or the
+    /// merchant's active account of the hinted adapter.
+    pub(crate) async fn route(
+        &self,
+        merchant: &AuthedMerchant,
+        connector_account: Option<&str>,
+        routing: Option<&RoutingHint>,
+    ) -> Result<Option<ConnectorAccount>, ApiError> {
+        if let Some(id) = connector_account {
+            let missing = || {
+                ApiError::not_found("resource_missing", "no such connector account")
+                    .with_param("connector_account")
+                    .before_execution()
+            };
+            if !requests::looks_like_id(id) {
+                return Err(missing());
+            }
+            let account = match self
+                .store
+                .get_connector_account(id, Some(&merchant.merchant_id))
+                .await
+            {
+                Ok(account) => account,
+                Err(StoreError::NotFound { .. }) => return Err(missing()),
+                Err(e) => return Err(e.into()),
+            };
+            if account.status != "active" {
+                return Err(ApiError::invalid(
+                    "connector_account_disabled",
+                    "connector_account",
+                    format!("connector account {} is disabled", account.id),
+                ));
+            }
+            return Ok(Some(account));
+        }
+        let Some(hint) = routing else { return Ok(None) };
+        let accounts = self
+            .store
+            .list_connector_accounts(&merchant.merchant_id)
+            .await?;
+        accounts
+            .into_iter()
+            .find(|a| a.adapter == hint.adapter && a.status == "active")
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "no_route",
+                    "routing.adapter",
+                    "no active connector account of this adapter",
+                )
+            })
+    }
+
+    /// PSP operations need the orchestrator, which this build does not have yet.
+    pub(crate) fn require_orchestrator(&self, operation: &str) -> Result<(), ApiError> {
+        Err(ApiError::new(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            error::ErrorType::ApiError,
+            "not_implemented",
+            format!("{operation} is not available in this build"),
+        )
+        .before_execution())
+    }
+}
+
+/// The authenticated merchant API's handlers, with their OpenAPI description.
+fn v1_handlers() -> OpenApiRouter<MerchantApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(payments::create_payment, payments::list_payments))
+        .routes(routes!(payments::get_payment))
+        .routes(routes!(payments::timeline))
+        .routes(routes!(payments::get_refund))
+}
+
+/// The handlers behind their layers (see the crate doc for the order).
+fn v1_routes(state: &MerchantApiState) -> OpenApiRouter<MerchantApiState> {
+    v1_handlers()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::idempotency,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_merchant,
+        ))
+        .route_layer(middleware::from_fn(request_span))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+fn admin_routes() -> OpenApiRouter<MerchantApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(admin::create_merchant, admin::list_merchants))
+        .routes(routes!(admin::get_merchant))
+        .routes(routes!(admin::issue_api_key, admin::list_api_keys))
+        .routes(routes!(admin::revoke_api_key))
+        .routes(routes!(
+            admin::create_connector_account,
+            admin::list_connector_accounts
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The OpenAPI 3 document of every route of this crate.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, doc) = OpenApiRouter::<MerchantApiState>::with_openapi(openapi::base())
+        .merge(v1_handlers())
+        .merge(admin_routes())
+        .split_for_parts();
+    doc
+}
+
+/// `/v1/...`, `/webhooks/{adapter}/{connector_account}` and `/openapi.json`.
+///
+/// Sets no fallback, so it merges into the server's router.
+pub fn router(state: MerchantApiState) -> Router {
+    let (v1, _) = v1_routes(&state).split_for_parts();
+    let spec = openapi::served_json();
+    Router::new()
+        .merge(v1)
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let spec = spec.clone();
+                async move { openapi::json_response(&spec) }
+            }),
+        )
+        .with_state(state)
+}
+
+/// `/admin/merchants...`, guarded by `auth_layer` (the server's admin-token
+/// check), which is applied to every route: the router cannot be mounted
+/// without one.
+pub fn admin_router<L>(state: MerchantApiState, auth_layer: L) -> Router
+where
+    L: Layer<Route> + Clone + Send + Sync + 'static,
+    L::Service: Service<Request> + Clone + Send + Sync + 'static,
+    <L::Service as Service<Request>>::Response: axum::response::IntoResponse + 'static,
+    <L::Service as Service<Request>>::Error: Into<std::convert::Infallible> + 'static,
+    <L::Service as Service<Request>>::Future: Send + 'static,
+{
+    let (admin, _) = admin_routes().split_for_parts();
+    admin
+        .route_layer(auth_layer)
+        .route_layer(middleware::from_fn(request_span))
+        .with_state(state)
+}
+
+/// Delete idempotency keys older than `ttl` (24 h: [`IDEMPOTENCY_KEY_TTL`]);
+/// run periodically by the server. Returns how many were deleted.
+pub async fn prune_idempotency_keys(store: &Store, ttl: Duration) -> Result<u64, StoreError> {
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    store
+        .idempotency_prune(store.now_ms().saturating_sub(ttl_ms))
+        .await
+}
+
+/// One span per request with the fields handlers and layers fill in.
+/// Never records headers (they carry the API key).
+async fn request_span(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "http",
+        method = %request.method(),
+        route = %route,
+        merchant = tracing::field::Empty,
+        payment_id = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    async move {
+        let response = next.run(request).await;
+        tracing::Span::current().record("status", response.status().as_u16());
+        tracing::info!("request done");
+        response
+    }
+    .instrument(span)
+    .await
+}

@@ -18,6 +18,7 @@ mod db;
 mod door;
 mod error;
 mod ids;
+mod listing;
 
 pub mod history;
 pub mod idempotency;
@@ -33,6 +34,7 @@ pub use error::StoreError;
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
 pub use idempotency::{IdempotencyBegin, IdempotencyRecord};
 pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
+pub use listing::PaymentFilter;
 pub use merchants::{
     ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, IssuedApiKey, Merchant,
     NewConnectorAccount,

@@ -1,0 +1,218 @@
+//! A small keyed token bucket for the webhook route, and the webhook counters.
+//!
+//! Keyed by `adapter/connector_account`, so one noisy (or hostile) sender
+//! cannot starve the webhooks of every other account. The number of keys is
+//! bounded: when the table is full, idle buckets are dropped, and if none is
+//! idle new keys share one overflow bucket.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How fast a key may send: a burst, refilled at `per_second`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub burst: u32,
+    pub per_second: u32,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit {
+            burst: 200,
+            per_second: 100,
+        }
+    }
+}
+
+/// Tokens are counted in thousandths so refills need no floats.
+const MILLI: u64 = 1000;
+const MAX_KEYS: usize = 10_000;
+const OVERFLOW_KEY: &str = "\u{0}overflow";
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    milli_tokens: u64,
+    last: Instant,
+}
+
+#[derive(Debug)]
+pub struct KeyedRateLimiter {
+    limit: RateLimit,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl KeyedRateLimiter {
+    pub fn new(limit: RateLimit) -> Self {
+        KeyedRateLimiter {
+            limit,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Take one token for `key`; on refusal, how long until one is available.
+    pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        let capacity = u64::from(self.limit.burst.max(1)) * MILLI;
+        let rate = u64::from(self.limit.per_second.max(1));
+        // A poisoned lock only means another request panicked mid-update; the
+        // map of counters is still usable.
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if !buckets.contains_key(key) && buckets.len() >= MAX_KEYS {
+            buckets.retain(|_, b| refilled(b, now, rate, capacity) < capacity);
+        }
+        let key = if buckets.contains_key(key) || buckets.len() < MAX_KEYS {
+            key
+        } else {
+            OVERFLOW_KEY
+        };
+        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
+            milli_tokens: capacity,
+            last: now,
+        });
+        bucket.milli_tokens = refilled(bucket, now, rate, capacity);
+        bucket.last = now;
+        if bucket.milli_tokens >= MILLI {
+            bucket.milli_tokens -= MILLI;
+            Ok(())
+        } else {
+            let missing = MILLI - bucket.milli_tokens;
+            Err(Duration::from_millis(missing.div_ceil(rate)))
+        }
+    }
+}
+
+fn refilled(bucket: &Bucket, now: Instant, rate: u64, capacity: u64) -> u64 {
+    let elapsed_ms = now.saturating_duration_since(bucket.last).as_millis();
+    let added = u64::try_from(elapsed_ms)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(rate);
+    bucket.milli_tokens.saturating_add(added).min(capacity)
+}
+
+/// Counters of the webhook route, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct WebhookMetrics {
+    pub accepted: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub rejected_bad_signature: AtomicU64,
+    pub rejected_stale_timestamp: AtomicU64,
+    pub rejected_malformed: AtomicU64,
+    pub rejected_unsupported: AtomicU64,
+    pub not_found: AtomicU64,
+    pub rate_limited: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A consistent-enough copy of the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebhookCounts {
+    pub accepted: u64,
+    pub duplicates: u64,
+    pub rejected_bad_signature: u64,
+    pub rejected_stale_timestamp: u64,
+    pub rejected_malformed: u64,
+    pub rejected_unsupported: u64,
+    pub not_found: u64,
+    pub rate_limited: u64,
+    pub errors: u64,
+}
+
+impl WebhookCounts {
+    /// Every verification failure, whatever its kind.
+    pub fn rejected(&self) -> u64 {
+        self.rejected_bad_signature
+            + self.rejected_stale_timestamp
+            + self.rejected_malformed
+            + self.rejected_unsupported
+    }
+}
+
+impl WebhookMetrics {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> WebhookCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WebhookCounts {
+            accepted: get(&self.accepted),
+            duplicates: get(&self.duplicates),
+            rejected_bad_signature: get(&self.rejected_bad_signature),
+            rejected_stale_timestamp: get(&self.rejected_stale_timestamp),
+            rejected_malformed: get(&self.rejected_malformed),
+            rejected_unsupported: get(&self.rejected_unsupported),
+            not_found: get(&self.not_found),
+            rate_limited: get(&self.rate_limited),
+            errors: get(&self.errors),
+        }
+    }
+
+    /// Prometheus text exposition of the counters.
+    pub fn render_prometheus(&self) -> String {
+        let c = self.snapshot();
+        let mut out = String::from(
+            "# HELP sluice_webhooks_total Webhook deliveries by outcome.\n\
+             # TYPE sluice_webhooks_total counter\n",
+        );
+        for (outcome, value) in [
+            ("accepted", c.accepted),
+            ("duplicate", c.duplicates),
+            ("rejected_bad_signature", c.rejected_bad_signature),
+            ("rejected_stale_timestamp", c.rejected_stale_timestamp),
+            ("rejected_malformed", c.rejected_malformed),
+            ("rejected_unsupported", c.rejected_unsupported),
+            ("not_found", c.not_found),
+            ("rate_limited", c.rate_limited),
+            ("error", c.errors),
+        ] {
+            out.push_str(&format!(
+                "sluice_webhooks_total{{outcome=\"{outcome}\"}} {value}\n"
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_allowed_then_refused_until_refilled() {
+        let limiter = KeyedRateLimiter::new(RateLimit {
+            burst: 3,
+            per_second: 10,
+        });
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert!(limiter.check("stripe/ca_1", t0).is_ok());
+        }
+        let wait = limiter.check("stripe/ca_1", t0).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(100));
+        assert!(
+            limiter.check("stripe/ca_2", t0).is_ok(),
+            "keys are independent"
+        );
+        assert!(limiter
+            .check("stripe/ca_1", t0 + Duration::from_millis(100))
+            .is_ok());
+        assert!(limiter
+            .check("stripe/ca_1", t0 + Duration::from_millis(100))
+            .is_err());
+    }
+
+    #[test]
+    fn the_key_table_is_bounded() {
+        let limiter = KeyedRateLimiter::new(RateLimit {
+            burst: 1,
+            per_second: 1,
+        });
+        let t0 = Instant::now();
+        for i in 0..(MAX_KEYS + 50) {
+            let _ = limiter.check(&format!("k{i}"), t0);
+        }
+        let size = limiter.buckets.lock().unwrap().len();
+        assert!(size <= MAX_KEYS + 1, "{size}");
+    }
+}

@@ -1,0 +1,490 @@
+//! What the API returns: resources built only from stored facts. The client
+//! status is the core's projection (`sluice_core::client_status`), so a 200
+//! never claims more than the evidence in the store shows.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{
+    client_status, refund_client_status, AttemptState, ClientStatus, Failure, PaymentView,
+};
+use sluice_store::{Capture, HistoryEntry, PaymentAttempt, PaymentDetails, Refund};
+use utoipa::ToSchema;
+
+/// Serialise a response body. Our views contain only strings, integers,
+/// booleans and string maps, which always serialise; the fallback keeps a
+/// bug from becoming a panic.
+pub fn json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "response serialisation failed");
+        br#"{"error":{"type":"api_error","code":"internal_error","message":"response serialisation failed","param":null}}"#.to_vec()
+    })
+}
+
+/// The client-facing status of a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PaymentStatus {
+    /// No attempt yet: confirm the payment to start one.
+    Created,
+    /// Not proven either way: poll again after `poll_after_ms`.
+    Processing,
+    /// The customer must act: see `next_action`.
+    RequiresAction,
+    /// Funds held (manual capture): not money taken. Capture or void it.
+    Authorized,
+    /// Money taken, nothing refunded.
+    Succeeded,
+    /// Money taken, part of it refunded (settled refunds only).
+    PartiallyRefunded,
+    /// Money taken and all of it refunded.
+    Refunded,
+    /// Definitive failure: the client may retry with other payment details.
+    Failed,
+    Canceled,
+    Expired,
+    /// Contradicting evidence: automatic processing stopped, a human decides.
+    ManualReview,
+}
+
+impl From<ClientStatus> for PaymentStatus {
+    fn from(status: ClientStatus) -> Self {
+        match status {
+            ClientStatus::Created => PaymentStatus::Created,
+            ClientStatus::Processing => PaymentStatus::Processing,
+            ClientStatus::RequiresAction => PaymentStatus::RequiresAction,
+            ClientStatus::Authorized => PaymentStatus::Authorized,
+            ClientStatus::Succeeded => PaymentStatus::Succeeded,
+            ClientStatus::PartiallyRefunded => PaymentStatus::PartiallyRefunded,
+            ClientStatus::Refunded => PaymentStatus::Refunded,
+            ClientStatus::Failed => PaymentStatus::Failed,
+            ClientStatus::Canceled => PaymentStatus::Canceled,
+            ClientStatus::Expired => PaymentStatus::Expired,
+            ClientStatus::ManualReview => PaymentStatus::ManualReview,
+        }
+    }
+}
+
+/// What the customer has to do next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct NextAction {
+    /// Always `redirect_to_url` for now.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub url: String,
+}
+
+/// A definitive failure reported by the PSP, or the host's classification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FailureView {
+    /// `declined`, `invalid_request`, `configuration`, ... (the core's category).
+    pub category: String,
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&Failure> for FailureView {
+    fn from(f: &Failure) -> Self {
+        FailureView {
+            category: f.category.as_str().to_owned(),
+            code: f.code.clone(),
+            message: f.message.clone(),
+        }
+    }
+}
+
+/// Amounts in minor units of the payment's currency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct AmountsView {
+    pub amount: i64,
+    pub authorized: i64,
+    /// Captures requested whose outcome is not known yet.
+    pub capture_reserved: i64,
+    pub captured: i64,
+    /// Refunds requested whose outcome is not known yet.
+    pub refund_reserved: i64,
+    pub refunded: i64,
+    /// What a new capture may still take: authorized − captured − capture_reserved.
+    pub capturable: i64,
+    /// What a new refund may still return: captured − refunded − refund_reserved.
+    pub refundable: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct AttemptView {
+    pub id: String,
+    pub attempt_no: i64,
+    /// The stable reference sent to the PSP as its idempotency key.
+    pub reference: String,
+    pub adapter: String,
+    pub connector_account: String,
+    pub psp_reference: Option<String>,
+    /// The attempt's detailed state (`SUCCEEDED`, `UNKNOWN`, ...).
+    pub state: String,
+    pub failure: Option<FailureView>,
+    pub next_action_url: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CaptureView {
+    pub id: String,
+    pub payment_id: String,
+    pub amount: i64,
+    pub currency: String,
+    /// The capture's detailed state (`CREATED`, `UNKNOWN`, `SUCCEEDED`, ...).
+    pub state: String,
+    pub reference: String,
+    pub psp_reference: Option<String>,
+    pub failure: Option<FailureView>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct RefundView {
+    pub id: String,
+    /// Always `refund`.
+    pub object: String,
+    pub payment_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: Option<String>,
+    /// `pending` (including an unknown outcome), `succeeded`, `failed` or `canceled`.
+    pub status: String,
+    /// The refund's detailed state.
+    pub state: String,
+    /// The stable reference sent to the PSP as its idempotency key.
+    pub reference: String,
+    pub psp_reference: Option<String>,
+    pub failure: Option<FailureView>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Seed 000's business fulfilment block, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FulfillmentView {
+    pub biz_key: Option<String>,
+    /// Unix milliseconds.
+    pub deadline: Option<i64>,
+    pub mode: Option<String>,
+    /// The fulfillment lifecycle state; null until the payment succeeded.
+    pub state: Option<String>,
+}
+
+/// A payment: the order, its attempts, captures, refunds and amounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct PaymentResource {
+    pub id: String,
+    /// Always `payment`.
+    pub object: String,
+    pub merchant_order_no: String,
+    /// Minor units.
+    pub amount: i64,
+    pub currency: String,
+    /// `automatic` (sale) or `manual` (authorize, then capture).
+    pub capture_mode: String,
+    /// The client-facing status.
+    pub status: PaymentStatus,
+    /// With `processing`: when to poll again, in milliseconds.
+    pub poll_after_ms: Option<i64>,
+    /// With `requires_action`: what the customer has to do.
+    pub next_action: Option<NextAction>,
+    /// With `failed`: why the latest attempt failed.
+    pub failure: Option<FailureView>,
+    /// The order's detailed state (`CREATED`, `PROCESSING`, `SUCCEEDED`, ...).
+    pub state: String,
+    pub manual_review: bool,
+    pub manual_review_reason: Option<String>,
+    pub amounts: AmountsView,
+    pub attempts: Vec<AttemptView>,
+    pub captures: Vec<CaptureView>,
+    pub refunds: Vec<RefundView>,
+    pub payment_method: Option<String>,
+    pub return_url: Option<String>,
+    pub description: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    pub fulfillment: Option<FulfillmentView>,
+    /// Moves with every change of the payment; a client can tell two reads apart.
+    pub version: i64,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A page of payments, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct PaymentList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<PaymentResource>,
+    /// Pass as `starting_after` to get the next page; null when there is none.
+    pub next_cursor: Option<String>,
+    pub has_more: bool,
+}
+
+/// Who produced a timeline event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct AdapterRef {
+    pub name: String,
+    pub version: Option<String>,
+    pub digest: Option<String>,
+}
+
+/// One decision about the payment or one of its attempts, captures, refunds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct TimelineEvent {
+    pub id: i64,
+    /// `order`, `attempt`, `capture` or `refund`.
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// `EventKind` of the evidence (`PAYMENT_SUCCEEDED`, ...) or a command.
+    pub event_kind: String,
+    /// `sync_response`, `webhook`, `query`, `operator`, `command`, ...
+    pub source: String,
+    /// True when the event changed the aggregate.
+    pub accepted: bool,
+    /// `applied`, `ignored_duplicate`, `ignored_stale`, `rejected`, `needs_reconciliation`.
+    pub decision: String,
+    /// Why it was applied or ignored.
+    pub reason: String,
+    pub from_state: Option<String>,
+    pub to_state: String,
+    pub provider_event_id: Option<String>,
+    pub psp_reference: Option<String>,
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub raw_status: Option<String>,
+    pub failure_code: Option<String>,
+    pub adapter: Option<AdapterRef>,
+    /// A person or component (`merchant:<id>`, `system:scanner`, ...).
+    pub actor: Option<String>,
+    /// Unix milliseconds.
+    pub recorded_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Timeline {
+    /// Always `list`.
+    pub object: String,
+    pub payment_id: String,
+    pub data: Vec<TimelineEvent>,
+}
+
+/// How soon a client should poll a processing payment when the store has no
+/// better idea, and the bounds of any hint.
+const DEFAULT_POLL_MS: i64 = 2_000;
+const MIN_POLL_MS: i64 = 1_000;
+const MAX_POLL_MS: i64 = 60_000;
+
+impl PaymentResource {
+    /// Build the resource from one consistent read of the store.
+    pub fn from_details(details: &PaymentDetails, now_ms: i64) -> Self {
+        let order = &details.order;
+        let amounts = &details.amounts;
+        let latest = details.attempts.iter().max_by_key(|a| a.attempt_no);
+        let status = project(details);
+        let poll_after_ms =
+            (status == PaymentStatus::Processing).then(|| poll_after(latest, now_ms));
+        let next_action = if status == PaymentStatus::RequiresAction {
+            latest
+                .and_then(|a| a.next_action_url.clone())
+                .map(|url| NextAction {
+                    kind: "redirect_to_url".into(),
+                    url,
+                })
+        } else {
+            None
+        };
+        let failure = if status == PaymentStatus::Failed {
+            latest
+                .and_then(|a| a.failure.as_ref())
+                .map(FailureView::from)
+        } else {
+            None
+        };
+        PaymentResource {
+            id: order.id.clone(),
+            object: "payment".into(),
+            merchant_order_no: order.merchant_order_no.clone(),
+            amount: order.amount.amount_minor,
+            currency: order.amount.currency.as_str().to_owned(),
+            capture_mode: order.capture_mode.as_str().to_owned(),
+            status,
+            poll_after_ms,
+            next_action,
+            failure,
+            state: order.state.as_str().to_owned(),
+            manual_review: order.manual_review,
+            manual_review_reason: order.manual_review_reason.clone(),
+            amounts: AmountsView {
+                amount: amounts.amount_minor,
+                authorized: amounts.authorized_minor,
+                capture_reserved: amounts.capture_reserved_minor,
+                captured: amounts.captured_minor,
+                refund_reserved: amounts.refund_reserved_minor,
+                refunded: amounts.refunded_minor,
+                capturable: amounts.capturable_minor(),
+                refundable: amounts.refundable_minor(),
+            },
+            attempts: details.attempts.iter().map(AttemptView::from).collect(),
+            captures: details.captures.iter().map(CaptureView::from).collect(),
+            refunds: details.refunds.iter().map(RefundView::from).collect(),
+            payment_method: order.payment_method_token.clone(),
+            return_url: order.return_url.clone(),
+            description: order.description.clone(),
+            metadata: string_map(&order.metadata),
+            fulfillment: fulfillment_view(&order.fulfillment),
+            version: order.version,
+            created_at: order.created_at,
+            updated_at: order.updated_at,
+        }
+    }
+}
+
+/// The core's projection over the stored order, latest attempt and amounts.
+pub fn project(details: &PaymentDetails) -> PaymentStatus {
+    let latest = details.attempts.iter().max_by_key(|a| a.attempt_no);
+    let amounts = match details.amounts.to_core() {
+        Ok(amounts) => amounts,
+        // Amounts that break an invariant are contradicting evidence: claim nothing.
+        Err(e) => {
+            tracing::error!(payment_id = %details.order.id, error = %e, "stored amounts are inconsistent");
+            return PaymentStatus::ManualReview;
+        }
+    };
+    client_status(&PaymentView {
+        order: details.order.state,
+        latest_attempt: latest.map(|a| a.state),
+        amounts,
+        manual_review: details.order.manual_review,
+    })
+    .into()
+}
+
+fn poll_after(latest: Option<&PaymentAttempt>, now_ms: i64) -> i64 {
+    let scheduled = latest
+        .filter(|a| !matches!(a.state, AttemptState::RequiresAction))
+        .and_then(|a| a.next_retry_time)
+        .map(|at| at.saturating_sub(now_ms));
+    scheduled
+        .unwrap_or(DEFAULT_POLL_MS)
+        .clamp(MIN_POLL_MS, MAX_POLL_MS)
+}
+
+fn fulfillment_view(f: &sluice_store::Fulfillment) -> Option<FulfillmentView> {
+    if f.biz_key.is_none() && f.deadline.is_none() && f.mode.is_none() && f.state.is_none() {
+        return None;
+    }
+    Some(FulfillmentView {
+        biz_key: f.biz_key.clone(),
+        deadline: f.deadline,
+        mode: f.mode.clone(),
+        state: f.state.clone(),
+    })
+}
+
+/// Metadata is stored as a JSON object of strings (the API only accepts that).
+fn string_map(value: &serde_json::Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .map(|(k, v)| {
+                    let v = v
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string());
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl From<&PaymentAttempt> for AttemptView {
+    fn from(a: &PaymentAttempt) -> Self {
+        AttemptView {
+            id: a.id.clone(),
+            attempt_no: a.attempt_no,
+            reference: a.reference.clone(),
+            adapter: a.adapter.clone(),
+            connector_account: a.connector_account_id.clone(),
+            psp_reference: a.psp_reference.clone(),
+            state: a.state.as_str().to_owned(),
+            failure: a.failure.as_ref().map(FailureView::from),
+            next_action_url: a.next_action_url.clone(),
+            created_at: a.created_at,
+            updated_at: a.updated_at,
+        }
+    }
+}
+
+impl From<&Capture> for CaptureView {
+    fn from(c: &Capture) -> Self {
+        CaptureView {
+            id: c.id.clone(),
+            payment_id: c.payment_id.clone(),
+            amount: c.amount.amount_minor,
+            currency: c.amount.currency.as_str().to_owned(),
+            state: c.state.as_str().to_owned(),
+            reference: c.reference.clone(),
+            psp_reference: c.psp_reference.clone(),
+            failure: c.failure.as_ref().map(FailureView::from),
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        }
+    }
+}
+
+impl From<&Refund> for RefundView {
+    fn from(r: &Refund) -> Self {
+        RefundView {
+            id: r.id.clone(),
+            object: "refund".into(),
+            payment_id: r.payment_id.clone(),
+            amount: r.amount.amount_minor,
+            currency: r.amount.currency.as_str().to_owned(),
+            reason: r.reason.clone(),
+            status: refund_client_status(r.state).to_owned(),
+            state: r.state.as_str().to_owned(),
+            reference: r.reference.clone(),
+            psp_reference: r.psp_reference.clone(),
+            failure: r.failure.as_ref().map(FailureView::from),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+impl From<&HistoryEntry> for TimelineEvent {
+    fn from(h: &HistoryEntry) -> Self {
+        TimelineEvent {
+            id: h.id,
+            aggregate_type: h.aggregate_type.clone(),
+            aggregate_id: h.aggregate_id.clone(),
+            event_kind: h.event_kind.clone(),
+            source: h.evidence_source.clone(),
+            accepted: h.decision == "applied",
+            decision: h.decision.clone(),
+            reason: h.reason.clone(),
+            from_state: h.from_state.clone(),
+            to_state: h.to_state.clone(),
+            provider_event_id: h.provider_event_id.clone(),
+            psp_reference: h.psp_reference.clone(),
+            amount: h.amount_minor,
+            currency: h.currency.clone(),
+            raw_status: h.raw_status.clone(),
+            failure_code: h.failure_code.clone(),
+            adapter: h.adapter_name.as_ref().map(|name| AdapterRef {
+                name: name.clone(),
+                version: h.adapter_version.clone(),
+                digest: h.adapter_digest.clone(),
+            }),
+            actor: h.actor.clone(),
+            recorded_at: h.recorded_at,
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Merchant administration: keys shown once, secrets never returned.
+
+use serde_json::json;
+
+dual_test! {
+    async fn the_admin_api_needs_the_admin_token(gw) {
+        let refused = gw
+            .send(gw.http.post(gw.url("/admin/merchants")).header("content-type", "application/json").body(r#"{"name":"x"}"#))
+            .await;
+        assert_eq!(refused.status, 401);
+        assert_eq!(gw.count("merchants").await, 0);
+    }
+}
+
+dual_test! {
+    async fn api_keys_are_shown_once_and_connector_secrets_never(gw) {
+        let m = gw.merchant("Acme").await;
+        assert!(m.key.starts_with("sk_sluice_"));
+        let keys = gw.admin_get(&format!("/admin/merchants/{}/api_keys", m.id)).await.expect(200);
+        assert!(!keys.text().contains(&m.key), "the key is never listed");
+        assert_eq!(keys.json()["data"][0]["id"], m.key_id.as_str());
+
+        let accounts = gw.admin_get(&format!("/admin/merchants/{}/connector_accounts", m.id)).await.expect(200);
+        assert!(!accounts.text().contains("do_not_leak"), "{}", accounts.text());
+        let account = &accounts.json()["data"][0];
+        assert_eq!(account["adapter"], "test-well-behaved");
+        assert_eq!(account["config"]["base_url"], "http://127.0.0.1:9");
+        assert_eq!(account["webhook_path"], format!("/webhooks/test-well-behaved/{}", m.account));
+        let credentials = gw.store().connector_credentials(&m.account).await.unwrap();
+        assert_eq!(credentials.secrets["api_key"], "sk_test_do_not_leak", "secrets are stored");
+
+        let duplicate = gw
+            .admin_post(
+                &format!("/admin/merchants/{}/connector_accounts", m.id),
+                &json!({"adapter": "test-well-behaved", "label": "main", "secrets": {"api_key": "sk_other_secret"}}),
+            )
+            .await;
+        duplicate.expect_error(409, "conflict");
+        assert!(!duplicate.text().contains("sk_other_secret"));
+        gw.admin_post(
+            &format!("/admin/merchants/{}/connector_accounts", m.id),
+            &json!({"adapter": "Bad Name", "label": "x"}),
+        )
+        .await
+        .expect_error(400, "adapter_name_invalid");
+        gw.admin_post("/admin/merchants/mer_missing/api_keys", &json!({}))
+            .await
+            .expect_error(404, "resource_missing");
+        gw.admin_get("/admin/merchants/mer_missing").await.expect_error(404, "resource_missing");
+        let listed = gw.admin_get("/admin/merchants").await.expect(200).json();
+        assert_eq!(listed["data"][0]["id"], m.id.as_str());
+    }
+}

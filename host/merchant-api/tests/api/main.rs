@@ -1,0 +1,12 @@
+//! Merchant API tests through real HTTP. Every database test runs twice:
+//! `<name>::on_sqlite` and `<name>::on_postgres`.
+
+#[macro_use]
+pub mod common;
+
+mod admin;
+mod auth;
+mod bad_input;
+mod idempotency;
+mod openapi;
+mod payments;
