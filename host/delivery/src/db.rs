@@ -1,0 +1,45 @@
+//! Plumbing: write transactions and row decoding on the store's `Any` pool.
+//! The SQL is the same on both backends (`$n` placeholders, BIGINT millis).
+
+use crate::DeliveryError;
+use sluice_store::{Backend, Store};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+
+pub(crate) type Tx = Transaction<'static, Any>;
+
+/// Begin a transaction that will write. On SQLite it takes the write lock up
+/// front, as the store does: a deferred transaction that reads and then writes
+/// fails with SQLITE_BUSY instead of waiting when another writer got in first.
+pub(crate) async fn begin_write(store: &Store) -> Result<Tx, DeliveryError> {
+    let tx = match store.backend() {
+        Backend::Sqlite => store.pool().begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => store.pool().begin().await?,
+    };
+    Ok(tx)
+}
+
+/// The row-locking hint for claims: PostgreSQL skips rows another instance is
+/// claiming; SQLite has one writer at a time and needs none.
+pub(crate) fn skip_locked(store: &Store) -> &'static str {
+    match store.backend() {
+        Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+        Backend::Sqlite => "",
+    }
+}
+
+pub(crate) fn text(row: &AnyRow, col: &str) -> Result<String, DeliveryError> {
+    Ok(row.try_get::<String, _>(col)?)
+}
+
+pub(crate) fn opt_text(row: &AnyRow, col: &str) -> Result<Option<String>, DeliveryError> {
+    Ok(row.try_get::<Option<String>, _>(col)?)
+}
+
+pub(crate) fn int(row: &AnyRow, col: &str) -> Result<i64, DeliveryError> {
+    Ok(row.try_get::<i64, _>(col)?)
+}
+
+pub(crate) fn opt_int(row: &AnyRow, col: &str) -> Result<Option<i64>, DeliveryError> {
+    Ok(row.try_get::<Option<i64>, _>(col)?)
+}

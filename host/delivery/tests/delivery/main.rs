@@ -1,0 +1,13 @@
+//! Delivery tests. Every store-touching test runs twice: `<name>::on_sqlite`
+//! and `<name>::on_postgres`. PostgreSQL and NATS JetStream being unreachable
+//! are failures, never skips.
+
+#[macro_use]
+pub mod common;
+
+mod admin;
+mod concurrency;
+mod crash;
+mod jetstream;
+mod retries;
+mod webhooks;
