@@ -1,1 +1,109 @@
-//! placeholder
+//! The sandboxed adapter runtime of Sluice.
+//!
+//! PSP adapters are WebAssembly components implementing the `psp-adapter` world of
+//! `wit/psp-adapter.wit`. This crate compiles them once at load time (with an on-disk
+//! cache keyed by content digest and engine compatibility), validates them before they
+//! can serve, keeps every loaded version with one atomically swappable active version
+//! per adapter, and runs each call in a fresh, throw-away sandbox:
+//!
+//! * a fresh `Store` per call from a pre-instantiated component (pooling allocator),
+//!   discarded after the call, so a trap can never poison a later call;
+//! * a memory cap (resource limiter), a CPU deadline (epoch interruption driven by a
+//!   dedicated ticker thread) and a cap on the size of what the call returns;
+//! * deny-all WASI: no files, no network, no environment, no arguments, stdin closed,
+//!   stdout/stderr captured with a cap and sent to tracing;
+//! * `host` imports that see only the [`ConnectorAccountScope`] of the call.
+//!
+//! Calls are `async` but run the guest on tokio's blocking pool (`spawn_blocking`), so
+//! a guest spinning until its deadline never occupies an async worker thread, and the
+//! number of concurrently running guests is bounded by
+//! [`RuntimeConfig::max_concurrent_instances`]. Synchronous wasmtime (no fibers) keeps
+//! each call to one plain function call on one thread.
+
+mod bindings;
+mod cache;
+mod engine;
+mod error;
+mod handle;
+mod limits;
+mod output;
+mod runtime;
+mod sandbox;
+
+pub use bindings::sluice::psp::host::LogLevel;
+pub use bindings::sluice::psp::types::{
+    AdapterInfo, Capability, EventKind, EvidenceSource, Failure, FailureCategory, Header,
+    HttpRequest, HttpResponse, Money, Operation, OperationContext, PaymentEvent, WebhookAcceptance,
+    WebhookRejection, WebhookRequest,
+};
+pub use error::{AdapterError, LoadError, RuntimeError};
+pub use handle::AdapterHandle;
+pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits};
+pub use runtime::{AdapterIdentity, AdapterRuntime, AdapterStatus, AdapterVersionInfo};
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The adapter contract versions this host accepts: `sluice:psp/adapter@0.1.x`.
+pub const CONTRACT_INTERFACE: &str = "sluice:psp/adapter";
+pub const SUPPORTED_CONTRACT: &str = "0.1.x";
+
+/// The connector account a call serves: its id, non-secret settings and secrets. The
+/// adapter's `get-config` / `get-secret` imports see exactly these maps and nothing else.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConnectorAccountScope {
+    pub account_id: String,
+    pub config: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl ConnectorAccountScope {
+    pub fn new(account_id: impl Into<String>) -> Self {
+        ConnectorAccountScope {
+            account_id: account_id.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn with_secret(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.secrets.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Secrets are never printed: only their names are shown.
+impl fmt::Debug for ConnectorAccountScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secret_names: BTreeMap<&str, &str> = self
+            .secrets
+            .keys()
+            .map(|k| (k.as_str(), "<redacted>"))
+            .collect();
+        f.debug_struct("ConnectorAccountScope")
+            .field("account_id", &self.account_id)
+            .field("config", &self.config)
+            .field("secrets", &secret_names)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_of_a_scope_never_contains_secret_values() {
+        let scope = ConnectorAccountScope::new("acct_1")
+            .with_config("base_url", "http://127.0.0.1:1")
+            .with_secret("api_key", "sk_live_very_secret");
+        let printed = format!("{scope:?}");
+        assert!(!printed.contains("sk_live_very_secret"), "{printed}");
+        assert!(printed.contains("api_key"));
+        assert!(printed.contains("http://127.0.0.1:1"));
+    }
+}

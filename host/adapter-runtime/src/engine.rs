@@ -1,0 +1,100 @@
+//! The wasmtime engine: pooling allocator, epoch interruption and its ticker thread.
+
+use crate::error::RuntimeError;
+use crate::limits::MAX_MEMORY_BYTES;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Per-component maxima. A Rust `wasm32-wasip2` adapter has one memory, a handful of
+/// core instances and tables; these leave room for other toolchains without letting a
+/// component reserve unbounded resources.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 2;
+const MAX_TABLES_PER_COMPONENT: u32 = 8;
+/// Instance slots kept free for load-time validation (loads are serialised).
+const VALIDATION_SLOTS: u32 = 2;
+
+pub(crate) fn build_engine(max_concurrent_instances: u32) -> Result<Engine, RuntimeError> {
+    let slots = max_concurrent_instances
+        .max(1)
+        .saturating_add(VALIDATION_SLOTS);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
+        .total_memories(slots.saturating_mul(MAX_MEMORIES_PER_COMPONENT))
+        .total_tables(slots.saturating_mul(MAX_TABLES_PER_COMPONENT))
+        .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+        .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+        .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
+        .max_memory_size(MAX_MEMORY_BYTES);
+
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config).map_err(|e| RuntimeError::Engine(format!("{e:?}")))
+}
+
+/// Increments the engine's epoch at a fixed interval on a dedicated OS thread. A tokio
+/// task could be starved by the very guest it has to interrupt; a thread cannot.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    pub(crate) fn start(engine: Engine, tick: Duration) -> Result<Self, RuntimeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("sluice-epoch-ticker".into())
+            .spawn(move || {
+                while !stop_flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| RuntimeError::Engine(format!("cannot start epoch ticker: {e}")))?;
+        Ok(EpochTicker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            // The ticker never panics; a failed join only means it is already gone.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Number of epoch ticks that covers `deadline`, plus one so a call is never cut short
+/// by a tick that was already in flight when it started.
+pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
+    let tick_nanos = tick.as_nanos().max(1);
+    let ticks = deadline.as_nanos().div_ceil(tick_nanos);
+    u64::try_from(ticks)
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_ticks_round_up_and_add_one() {
+        let tick = Duration::from_millis(10);
+        assert_eq!(deadline_ticks(Duration::from_millis(200), tick), 21);
+        assert_eq!(deadline_ticks(Duration::from_millis(201), tick), 22);
+        assert_eq!(deadline_ticks(Duration::from_millis(1), tick), 2);
+    }
+}

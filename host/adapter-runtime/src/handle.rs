@@ -1,0 +1,221 @@
+//! Calls into one adapter version, each in a fresh sandbox.
+
+use crate::bindings::{PspAdapter, PspAdapterPre};
+use crate::engine::deadline_ticks;
+use crate::error::{describe_wasm_error, AdapterError};
+use crate::limits::SandboxLimits;
+use crate::output::OutputSize;
+use crate::runtime::{AdapterIdentity, AdapterVersionInfo, LoadedVersion, Shared};
+use crate::sandbox::{CallState, MemoryLimitExceeded};
+use crate::{
+    AdapterInfo, ConnectorAccountScope, Failure, HttpRequest, HttpResponse, OperationContext,
+    PaymentEvent, WebhookAcceptance, WebhookRejection, WebhookRequest,
+};
+use std::sync::Arc;
+use tracing::Instrument;
+use wasmtime::{Store, Trap};
+
+/// A snapshot of one adapter version. Cheap to clone; calls through it keep using this
+/// version even after another one is activated.
+#[derive(Clone)]
+pub struct AdapterHandle {
+    shared: Arc<Shared>,
+    version: Arc<LoadedVersion>,
+}
+
+impl std::fmt::Debug for AdapterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AdapterHandle")
+            .field(&self.version.identity)
+            .finish()
+    }
+}
+
+impl AdapterHandle {
+    pub(crate) fn new(shared: Arc<Shared>, version: Arc<LoadedVersion>) -> Self {
+        AdapterHandle { shared, version }
+    }
+
+    pub fn identity(&self) -> &AdapterIdentity {
+        &self.version.identity
+    }
+
+    pub fn info(&self) -> &AdapterVersionInfo {
+        &self.version.info
+    }
+
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.version.info.limits
+    }
+
+    pub async fn describe(&self) -> Result<AdapterInfo, AdapterError> {
+        let scope = Arc::new(ConnectorAccountScope::default());
+        self.call("describe", scope, |g, store| {
+            g.sluice_psp_adapter().call_describe(store)
+        })
+        .await
+    }
+
+    pub async fn build_request(
+        &self,
+        account: &ConnectorAccountScope,
+        ctx: OperationContext,
+    ) -> Result<Result<HttpRequest, Failure>, AdapterError> {
+        self.call(
+            "build-request",
+            Arc::new(account.clone()),
+            move |g, store| g.sluice_psp_adapter().call_build_request(store, &ctx),
+        )
+        .await
+    }
+
+    pub async fn parse_response(
+        &self,
+        account: &ConnectorAccountScope,
+        ctx: OperationContext,
+        response: HttpResponse,
+    ) -> Result<Result<Vec<PaymentEvent>, Failure>, AdapterError> {
+        self.call(
+            "parse-response",
+            Arc::new(account.clone()),
+            move |g, store| {
+                g.sluice_psp_adapter()
+                    .call_parse_response(store, &ctx, &response)
+            },
+        )
+        .await
+    }
+
+    pub async fn handle_webhook(
+        &self,
+        account: &ConnectorAccountScope,
+        request: WebhookRequest,
+    ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
+        self.call(
+            "handle-webhook",
+            Arc::new(account.clone()),
+            move |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
+        )
+        .await
+    }
+
+    /// `handle_webhook` on the calling thread. For synchronous callers and benchmarks
+    /// only: never call it from an async task, it blocks for up to the CPU deadline.
+    pub fn handle_webhook_blocking(
+        &self,
+        account: &ConnectorAccountScope,
+        request: &WebhookRequest,
+    ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
+        let _entered = self.span("handle-webhook", &account.account_id).entered();
+        run_call(
+            &self.shared,
+            &self.version.pre,
+            &self.version.info.limits,
+            Arc::new(account.clone()),
+            |g, store| g.sluice_psp_adapter().call_handle_webhook(store, request),
+        )
+    }
+
+    fn span(&self, operation: &'static str, account: &str) -> tracing::Span {
+        let id = &self.version.identity;
+        tracing::info_span!(
+            "adapter_call",
+            adapter = %id.name,
+            version = %id.version,
+            digest = %id.digest,
+            operation,
+            account,
+        )
+    }
+
+    /// Waits for a free instance slot, then runs the call on tokio's blocking pool so a
+    /// guest burning CPU until its deadline never holds an async worker thread.
+    async fn call<R, F>(
+        &self,
+        operation: &'static str,
+        scope: Arc<ConnectorAccountScope>,
+        f: F,
+    ) -> Result<R, AdapterError>
+    where
+        R: OutputSize + Send + 'static,
+        F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R> + Send + 'static,
+    {
+        let span = self.span(operation, &scope.account_id);
+        let permit = Arc::clone(&self.shared.slots)
+            .acquire_owned()
+            .instrument(span.clone())
+            .await
+            .map_err(|_| AdapterError::ShuttingDown)?;
+        let shared = Arc::clone(&self.shared);
+        let version = Arc::clone(&self.version);
+        let task_span = span.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let _entered = task_span.enter();
+            run_call(&shared, &version.pre, &version.info.limits, scope, f)
+        })
+        .instrument(span)
+        .await;
+        joined.unwrap_or_else(|e| {
+            Err(AdapterError::Internal(format!(
+                "adapter call task failed: {e}"
+            )))
+        })
+    }
+}
+
+/// One call in a fresh store: instantiate from the pre-instance, call, capture output,
+/// classify failures, check the output size. The store is dropped on return, whatever
+/// happened, so no state (and no poisoned instance) survives the call.
+pub(crate) fn run_call<R, F>(
+    shared: &Shared,
+    pre: &PspAdapterPre<CallState>,
+    limits: &SandboxLimits,
+    scope: Arc<ConnectorAccountScope>,
+    f: F,
+) -> Result<R, AdapterError>
+where
+    R: OutputSize,
+    F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
+{
+    let state = CallState::new(limits, scope, Arc::clone(&shared.config.clock));
+    let mut store = Store::new(&shared.engine, state);
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(deadline_ticks(
+        limits.cpu_deadline,
+        shared.config.epoch_tick,
+    ));
+    store.epoch_deadline_trap();
+
+    let outcome = match pre.instantiate(&mut store) {
+        Ok(guest) => f(&guest, &mut store).map_err(|e| classify(&e, store.data(), false)),
+        Err(e) => Err(classify(&e, store.data(), true)),
+    };
+    store.data().emit_captured_output();
+    let value = outcome.inspect_err(|e| tracing::warn!(error = %e, "adapter call failed"))?;
+    let size = value.total_size();
+    if size > limits.max_output_bytes {
+        tracing::warn!(
+            size,
+            limit = limits.max_output_bytes,
+            "adapter output over its cap"
+        );
+        return Err(AdapterError::OutputTooLarge {
+            size,
+            limit: limits.max_output_bytes,
+        });
+    }
+    Ok(value)
+}
+
+fn classify(err: &wasmtime::Error, state: &CallState, instantiating: bool) -> AdapterError {
+    if state.limiter.hit || err.downcast_ref::<MemoryLimitExceeded>().is_some() {
+        return AdapterError::MemoryLimit;
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => AdapterError::Timeout,
+        Some(_) => AdapterError::Trap(describe_wasm_error(err)),
+        None if instantiating => AdapterError::Instantiate(describe_wasm_error(err)),
+        None => AdapterError::Trap(describe_wasm_error(err)),
+    }
+}
