@@ -123,6 +123,22 @@ struct Subject<'a, S> {
     amount: Money,
 }
 
+impl<S> Subject<'_, S> {
+    /// The PSP id by which the event names this subject. An attempt is the
+    /// payment: capture, refund and chargeback reports name it in
+    /// `psp_payment_reference` (their `psp_reference` is the capture, refund
+    /// or dispute itself, e.g. Adyen's CAPTURE of an automatic sale).
+    fn psp_reference_in<'e>(&self, event: &'e PaymentEvent) -> Option<&'e str> {
+        match self.aggregate {
+            Aggregate::Attempt => event
+                .psp_payment_reference
+                .as_deref()
+                .or(event.psp_reference.as_deref()),
+            _ => event.psp_reference.as_deref(),
+        }
+    }
+}
+
 /// The matrix row for the event, or the decision that ends it early.
 fn screen<S: Lifecycle, T>(
     subject: &Subject<'_, S>,
@@ -152,7 +168,7 @@ fn screen<S: Lifecycle, T>(
     {
         return Err(Decision::Ignore(IgnoreReason::Duplicate));
     }
-    if let (Some(expected), Some(got)) = (subject.psp_reference, event.psp_reference.as_deref()) {
+    if let (Some(expected), Some(got)) = (subject.psp_reference, subject.psp_reference_in(event)) {
         if expected != got {
             return Err(Decision::NeedsReconciliation(
                 ReconciliationReason::PspReferenceMismatch {
@@ -244,9 +260,9 @@ fn effects_for<S: Lifecycle>(
         .apply_all(&effects)
         .map_err(ReconciliationReason::AmountInvariant)?;
     if subject.psp_reference.is_none() {
-        if let Some(psp_reference) = &event.psp_reference {
+        if let Some(psp_reference) = subject.psp_reference_in(event) {
             effects.push(Effect::RecordPspReference {
-                psp_reference: psp_reference.clone(),
+                psp_reference: psp_reference.to_owned(),
             });
         }
     }

@@ -180,6 +180,31 @@ fn an_event_about_another_psp_payment_needs_reconciliation() {
 }
 
 #[test]
+fn a_capture_report_of_a_sale_is_matched_by_its_payment_reference() {
+    // Adyen's CAPTURE item of an automatic sale: pspReference is the
+    // capture's own, originalReference the payment's.
+    let snapshot = AttemptSnapshot {
+        psp_reference: Some("pi_1".into()),
+        ..attempt(A::Processing, CaptureMode::Automatic)
+    };
+    let ev = PaymentEvent {
+        psp_reference: Some("cap_9".into()),
+        psp_payment_reference: Some("pi_1".into()),
+        ..event(K::PaymentCaptured, E::Webhook)
+    };
+    let decision = decide_attempt(&sale_order(A::Processing), &snapshot, &ev);
+    assert!(decision.is_apply(), "{decision:?}");
+    let other_payment = PaymentEvent {
+        psp_payment_reference: Some("pi_2".into()),
+        ..ev
+    };
+    assert!(matches!(
+        decide_attempt(&sale_order(A::Processing), &snapshot, &other_payment),
+        Decision::NeedsReconciliation(ReconciliationReason::PspReferenceMismatch { .. })
+    ));
+}
+
+#[test]
 fn an_event_naming_another_attempt_is_rejected() {
     let ev = PaymentEvent {
         attempt_reference: Some("att_other".into()),
