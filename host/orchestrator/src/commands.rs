@@ -39,20 +39,21 @@ pub struct CreatePayment {
     pub description: Option<String>,
     /// A JSON object of string values.
     pub metadata: serde_json::Value,
-    /// Start the first attempt right away.
-    pub confirm: bool,
-    /// Where to confirm (see [`Route`]); only used with `confirm`.
-    pub route: Route,
+    /// Start the first attempt right away, with these options.
+    pub confirm: Option<ConfirmOptions>,
 }
 
-/// Which connector account serves an attempt: the one named, else the
-/// merchant's only active account of the hinted adapter, else the merchant's
-/// only active account.
+/// How to confirm. The connector account serving the attempt is the one
+/// named, else the merchant's only active account of the hinted adapter,
+/// else the merchant's only active account.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Route {
+pub struct ConfirmOptions {
     pub connector_account_id: Option<String>,
     /// An adapter name, e.g. "stripe".
     pub adapter_hint: Option<String>,
+    /// New payment details for this attempt (e.g. after a decline); the
+    /// payment's own token otherwise.
+    pub payment_method_token: Option<String>,
 }
 
 /// A payment as the API shows it, read from the primary store after the call.
@@ -111,9 +112,9 @@ impl Orchestrator {
                 "metadata must be a JSON object".into(),
             ));
         }
-        if params.confirm {
+        if let Some(options) = &params.confirm {
             // Refuse an unroutable payment before anything is written.
-            self.route(merchant_id, &params.route).await?;
+            self.route(merchant_id, options).await?;
         }
         let new = NewPayment {
             merchant_id: merchant_id.to_owned(),
@@ -146,8 +147,8 @@ impl Orchestrator {
         };
         tracing::info!(payment_id = %order.id, created, "payment created");
         let never_confirmed = self.store().list_attempts(&order.id).await?.is_empty();
-        let view = if params.confirm && never_confirmed {
-            self.confirm(merchant_id, &order.id, &params.route).await?
+        let view = if let (Some(options), true) = (&params.confirm, never_confirmed) {
+            self.confirm(merchant_id, &order.id, options).await?
         } else {
             self.view(merchant_id, &order.id, false).await?
         };
@@ -160,13 +161,13 @@ impl Orchestrator {
         &self,
         merchant_id: &str,
         payment_id: &str,
-        route: &Route,
+        options: &ConfirmOptions,
     ) -> Result<PaymentView, OrchestratorError> {
         // Scope first: someone else's payment is "not found", never routed.
         self.store()
             .get_payment(Some(merchant_id), payment_id)
             .await?;
-        let account_id = self.route(merchant_id, route).await?;
+        let account_id = self.route(merchant_id, options).await?;
         let connector = self.connector(&account_id).await?;
         let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
         let attempt = self
@@ -175,6 +176,7 @@ impl Orchestrator {
                 &NewAttempt {
                     payment_id: payment_id.to_owned(),
                     connector_account_id: account_id,
+                    payment_method_token: options.payment_method_token.clone(),
                     next_retry_time: Some(self.now_ms().saturating_add(window)),
                     ..NewAttempt::default()
                 },
@@ -407,7 +409,11 @@ impl Orchestrator {
     }
 
     /// The connector account for a new attempt.
-    async fn route(&self, merchant_id: &str, route: &Route) -> Result<String, OrchestratorError> {
+    async fn route(
+        &self,
+        merchant_id: &str,
+        route: &ConfirmOptions,
+    ) -> Result<String, OrchestratorError> {
         if let Some(id) = &route.connector_account_id {
             let account = self
                 .store()

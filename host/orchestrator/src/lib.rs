@@ -36,7 +36,7 @@ pub mod webhook;
 
 pub use advance::{Action, Advanced};
 pub use call::NotSent;
-pub use commands::{CaptureView, CreatePayment, Created, PaymentView, RefundView, Route};
+pub use commands::{CaptureView, ConfirmOptions, CreatePayment, Created, PaymentView, RefundView};
 pub use config::{InboxConfig, OrchestratorConfig};
 pub use error::OrchestratorError;
 pub use inbox::{InboxRound, Replayed};

@@ -5,4 +5,5 @@ mod common;
 
 mod money;
 mod payments;
+mod sandbox_e2e;
 mod webhooks;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::common::*;
 use crate::dual_test;
 use sluice_core::{AttemptState, CaptureMode, ClientStatus, OrderState};
-use sluice_orchestrator::{Action, OrchestratorError, Route, Target, Trigger};
+use sluice_orchestrator::{Action, ConfirmOptions, OrchestratorError, Target, Trigger};
 
 dual_test! {
     async fn a_sale_succeeds_with_exactly_one_charge_and_the_adapter_recorded(db) {
@@ -116,7 +116,7 @@ dual_test! {
 
         h.psp.set_mode(PspRoute::Payments, Mode::Succeed);
         let payment_id = view.details.order.id.clone();
-        let view = h.orch.confirm(&h.merchant.id, &payment_id, &Route::default()).await.unwrap();
+        let view = h.orch.confirm(&h.merchant.id, &payment_id, &ConfirmOptions::default()).await.unwrap();
         assert_eq!(view.status, ClientStatus::Succeeded);
         assert_eq!(view.details.attempts.len(), 2);
         let second = &view.details.attempts[1];
@@ -132,7 +132,7 @@ dual_test! {
         h.psp.set_mode(PspRoute::Payments, Mode::TimeoutAfterCommit(Duration::from_secs(3)));
         let payment_id = h.paid("o-4", 700, CaptureMode::Automatic).await;
         h.psp.set_mode(PspRoute::Payments, Mode::Succeed);
-        let refused = h.orch.confirm(&h.merchant.id, &payment_id, &Route::default()).await;
+        let refused = h.orch.confirm(&h.merchant.id, &payment_id, &ConfirmOptions::default()).await;
         match refused {
             Err(OrchestratorError::AttemptInFlight { state, .. }) => assert_eq!(state, "UNKNOWN"),
             other => panic!("expected AttemptInFlight, got {other:?}"),
@@ -280,7 +280,7 @@ dual_test! {
         let other = h.store().create_merchant("Someone Else").await.unwrap();
         for result in [
             h.orch.payment(&other.id, &payment_id).await.map(|_| ()),
-            h.orch.confirm(&other.id, &payment_id, &Route::default()).await.map(|_| ()),
+            h.orch.confirm(&other.id, &payment_id, &ConfirmOptions::default()).await.map(|_| ()),
             h.orch.refund(&other.id, &payment_id, Some(eur(10)), None).await.map(|_| ()),
             h.orch.void(&other.id, &payment_id).await.map(|_| ()),
         ] {

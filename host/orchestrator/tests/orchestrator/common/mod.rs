@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod fake_psp;
+pub mod sandbox;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -15,7 +16,7 @@ use sha2::Sha256;
 use sluice_adapter_runtime::{AdapterRuntime, Header, RuntimeConfig, WebhookRequest};
 use sluice_core::{CaptureMode, Currency, Money};
 use sluice_orchestrator::{
-    CreatePayment, InboxConfig, Orchestrator, OrchestratorConfig, ReqwestTransport, Route,
+    ConfirmOptions, CreatePayment, InboxConfig, Orchestrator, OrchestratorConfig, ReqwestTransport,
 };
 use sluice_store::{
     Backend, Clock, ConnectorAccount, Merchant, NewConnectorAccount, Store, StoreOptions,
@@ -163,19 +164,20 @@ fn init_tracing() {
     });
 }
 
-/// Directory holding `<adapter>.wasm`: `SLUICE_TEST_ADAPTERS_DIR`, else the
-/// workspace's `target/adapters` (where `cargo xtask build-adapters` puts them).
+/// Directory holding `<adapter>.wasm`: `SLUICE_TEST_ADAPTERS_DIR`, else
+/// `$CARGO_TARGET_DIR/adapters`, else the workspace's `target/adapters`
+/// (where `cargo xtask build-adapters` puts them).
 pub fn adapters_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("SLUICE_TEST_ADAPTERS_DIR") {
         return PathBuf::from(dir);
     }
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/adapters");
-    if workspace.is_dir() {
-        return workspace;
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        let dir = PathBuf::from(target).join("adapters");
+        if dir.is_dir() {
+            return dir;
+        }
     }
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(|t| PathBuf::from(t).join("adapters"))
-        .unwrap_or(workspace)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/adapters")
 }
 
 pub fn adapter_bytes(name: &str) -> Vec<u8> {
@@ -297,8 +299,7 @@ impl Harness {
             return_url: None,
             description: None,
             metadata: serde_json::json!({ "cart": "c-1" }),
-            confirm,
-            route: Route::default(),
+            confirm: confirm.then(ConfirmOptions::default),
         }
     }
 
