@@ -226,8 +226,9 @@ pub async fn list_endpoints(
     rows.iter().map(endpoint_from).collect()
 }
 
-/// Switch an endpoint on or off. Events fanned out while it is off are
-/// not sent to it; deliveries already queued for it wait and retry.
+/// Switch an endpoint on or off. Events fanned out while it is off are not
+/// queued for it; deliveries queued before are retried on the schedule (and
+/// dead-lettered, replayable, if it stays off that long).
 pub async fn set_endpoint_enabled(
     store: &Store,
     endpoint_id: &str,

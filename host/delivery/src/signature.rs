@@ -141,5 +141,10 @@ mod tests {
             header,
             "t=1,v1=1ba6b8171186efc613e8bcc0cbdab2748f24984d7c5a84faa2637afa0e40d224"
         );
+        // The test vector in docs/webhooks.md.
+        assert_eq!(
+            sign("whsec_test", 1_767_225_600, br#"{"id":"evt_1"}"#),
+            "t=1767225600,v1=45b40331de0325606dc5400202ade162460fbe48daf9401adfdcd0d7b4f35470"
+        );
     }
 }

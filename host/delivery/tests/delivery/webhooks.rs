@@ -226,3 +226,28 @@ dual_test! {
         assert_eq!(DeliveryMetrics::count(&metrics.delivered, Sink::Webhook), 1);
     }
 }
+
+dual_test! {
+    async fn a_later_event_fanned_out_first_by_another_instance_waits_for_the_earlier_one(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let merchant = TestMerchant::start().await;
+        fx.endpoint(store, &merchant.url, &["*"]).await;
+        let payment = fx.refunded(store, "WH-X").await;
+        let claimed = store.outbox_claim(10, 30_000).await.unwrap();
+        assert_eq!(claimed.len(), 3);
+        let publisher = publisher(store, test_config());
+        // Instance B fans out the last event while instance A still holds the first two.
+        publisher.fan_out(&claimed[2]).await.unwrap();
+        let report = publisher.publish_once().await.unwrap();
+        assert_eq!(report.webhook.claimed, 0, "refund.succeeded waits for the events before it: {report:?}");
+        assert!(merchant.received().is_empty());
+
+        publisher.fan_out(&claimed[0]).await.unwrap();
+        publisher.fan_out(&claimed[1]).await.unwrap();
+        while publisher.publish_once().await.unwrap().did_work() {}
+        let types: Vec<String> = merchant.received().iter().map(|r| r.json["type"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(types, vec!["payment.succeeded", "refund.requested", "refund.succeeded"]);
+        assert_eq!(deliveries_for_payment(store, &payment.id).await.unwrap().len(), 3);
+    }
+}
