@@ -155,7 +155,12 @@ impl Orchestrator {
                 )
                 .await
             }
-            _ if !self.may_query(trigger, attempt.last_psp_call_at, &connector) => {
+            _ if !self.may_query(
+                trigger,
+                attempt.last_psp_call_at.or(Some(attempt.updated_at)),
+                &connector,
+            ) =>
+            {
                 Ok(Action::Waiting {
                     reason: "a PSP call for it is still within its budget",
                 })
@@ -345,7 +350,11 @@ impl Orchestrator {
                     .await
             }
             CaptureState::Processing
-                if !self.may_query(trigger, capture.last_psp_call_at, &connector) =>
+                if !self.may_query(
+                    trigger,
+                    capture.last_psp_call_at.or(Some(capture.updated_at)),
+                    &connector,
+                ) =>
             {
                 Ok(Action::Waiting {
                     reason: "a PSP call for it is still within its budget",
@@ -466,7 +475,11 @@ impl Orchestrator {
                     .await
             }
             RefundState::Processing
-                if !self.may_query(trigger, refund.last_psp_call_at, &connector) =>
+                if !self.may_query(
+                    trigger,
+                    refund.last_psp_call_at.or(Some(refund.updated_at)),
+                    &connector,
+                ) =>
             {
                 Ok(Action::Waiting {
                     reason: "a PSP call for it is still within its budget",
@@ -496,8 +509,10 @@ impl Orchestrator {
 
     /// Whether a non-UNKNOWN, non-final aggregate may be queried now. The API
     /// leaves alone what another caller's call is still handling (its answer
-    /// is on the way); the scanner and operators decide for themselves, and
-    /// a webhook is evidence enough on its own.
+    /// is on the way): `last_call_at` is the last PSP call, or the row's last
+    /// change when none is noted yet (SUBMITTED is written just before the
+    /// call). The scanner and operators decide for themselves, and a webhook
+    /// is evidence enough on its own.
     fn may_query(
         &self,
         trigger: Trigger,

@@ -292,3 +292,79 @@ dual_test! {
         assert!(h.psp.refunds().is_empty());
     }
 }
+
+dual_test! {
+    async fn two_concurrent_advances_of_a_new_attempt_send_it_once(db) {
+        let h = Harness::new(db).await;
+        let created = h
+            .orch
+            .create_payment(&h.merchant.id, h.payment("o-11", 400, CaptureMode::Automatic, false))
+            .await
+            .unwrap();
+        let payment_id = created.view.details.order.id;
+        let attempt = h
+            .store()
+            .create_attempt(
+                &sluice_store::NewAttempt {
+                    payment_id: payment_id.clone(),
+                    connector_account_id: h.account.id.clone(),
+                    ..Default::default()
+                },
+                &sluice_store::Provenance::actor("test"),
+            )
+            .await
+            .unwrap();
+        h.psp.set_mode(PspRoute::Payments, Mode::Slow(Duration::from_millis(300)));
+        let target = Target::Attempt(attempt.id.clone());
+        let (a, b) = tokio::join!(
+            h.orch.advance(target.clone(), Trigger::Scanner),
+            h.orch.advance(target.clone(), Trigger::Api),
+        );
+        let actions = [a.unwrap().action, b.unwrap().action];
+        let sent = actions.iter().filter(|a| matches!(a, Action::Sent { .. })).count();
+        assert_eq!(sent, 1, "{actions:?}");
+        assert_eq!(h.psp.requests("create_payment"), 1, "only the caller that recorded SUBMITTED sends");
+        let view = h.orch.payment(&h.merchant.id, &payment_id).await.unwrap();
+        assert_eq!(view.status, ClientStatus::Succeeded);
+    }
+}
+
+dual_test! {
+    async fn a_request_the_adapter_cannot_build_is_never_sent_and_closes_without_money(db) {
+        let h = Harness::new(db).await;
+        // A connector account without base_url: the adapter refuses to build.
+        h.store()
+            .update_connector_account(&h.account.id, Some(&serde_json::json!({})), None, None)
+            .await
+            .unwrap();
+        let view = h
+            .orch
+            .create_payment(&h.merchant.id, h.payment("o-12", 400, CaptureMode::Automatic, true))
+            .await
+            .unwrap()
+            .view;
+        let attempt = &view.details.attempts[0];
+        assert_eq!(attempt.state, AttemptState::Canceled);
+        assert_eq!(attempt.failure.as_ref().map(|f| f.code.as_str()), Some("missing_base_url"));
+        assert_eq!(view.status, ClientStatus::Failed, "the client may retry");
+        assert_eq!(view.details.order.state, OrderState::Processing);
+        assert_eq!(h.psp.requests("create_payment"), 0);
+    }
+}
+
+dual_test! {
+    async fn a_refund_that_cannot_be_sent_is_canceled_and_releases_its_reservation(db) {
+        let h = Harness::new(db).await;
+        let payment_id = h.paid("o-13", 100, CaptureMode::Automatic).await;
+        h.store()
+            .update_connector_account(&h.account.id, Some(&serde_json::json!({})), None, None)
+            .await
+            .unwrap();
+        let refund = h.orch.refund(&h.merchant.id, &payment_id, Some(eur(50)), None).await.unwrap();
+        assert_eq!(refund.refund.state, sluice_core::RefundState::Canceled);
+        assert_eq!(refund.status, "canceled");
+        assert_eq!(refund.payment.details.amounts.refund_reserved_minor, 0);
+        assert_eq!(refund.payment.details.amounts.refunded_minor, 0);
+        assert_eq!(h.psp.requests("create_refund"), 0);
+    }
+}
