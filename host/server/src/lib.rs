@@ -1,1 +1,18 @@
-//! placeholder
+//! The Sluice gateway: configuration, CLI, HTTP server and admin API.
+//!
+//! The binary `sluice` (`src/main.rs`) is a thin shell over this library, so that tests can
+//! start a real server in-process on `127.0.0.1:0` ([`server::start`]).
+
+pub mod adapters;
+pub mod admin;
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod server;
+pub mod telemetry;

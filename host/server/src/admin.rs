@@ -1,0 +1,157 @@
+//! Admin API for adapters (`/admin/adapters...`), behind the admin token.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::Deserialize;
+use sluice_adapter_runtime::LoadError;
+use tracing::Instrument;
+
+use crate::adapters::ManageError;
+use crate::api::{ActivateRequest, AdapterList, AdapterVersionView, AdapterView};
+use crate::app::AppState;
+use crate::error::ApiError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadParams {
+    /// Activate the new version once validated (default); `false` only stages it.
+    pub activate: Option<bool>,
+}
+
+/// `PUT /admin/adapters/{name}`: the body is the component's bytes.
+pub async fn upload(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    params: Result<Query<UploadParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<AdapterVersionView>, ApiError> {
+    let Path(name) = name?;
+    let Query(params) = params?;
+    let body = body?;
+    let activate = params.activate.unwrap_or(true);
+    let span = tracing::info_span!("admin_upload", adapter = %name, bytes = body.len(), activate);
+    let info = state
+        .adapters
+        .upload(&name, body, activate)
+        .instrument(span)
+        .await
+        .map_err(|e| manage_error(&name, e))?;
+    tracing::info!(adapter = %name, version = %info.version, digest = %info.digest, activate,
+        "adapter version uploaded");
+    let active = state
+        .adapters
+        .runtime()
+        .active(&name)
+        .map(|h| h.identity().digest.clone())
+        == Some(info.digest.clone());
+    Ok(Json(AdapterVersionView::from_info(&info, active)))
+}
+
+/// `GET /admin/adapters`.
+pub async fn list(State(state): State<AppState>) -> Json<AdapterList> {
+    Json(AdapterList {
+        adapters: state
+            .adapters
+            .list()
+            .iter()
+            .map(AdapterView::from_status)
+            .collect(),
+    })
+}
+
+/// `GET /admin/adapters/{name}`.
+pub async fn show(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<AdapterView>, ApiError> {
+    let Path(name) = name?;
+    state
+        .adapters
+        .status(&name)
+        .map(|status| Json(AdapterView::from_status(&status)))
+        .ok_or_else(|| manage_error(&name, LoadError::UnknownAdapter(name.clone()).into()))
+}
+
+/// `POST /admin/adapters/{name}/activate` with `{"digest": "..."}`.
+pub async fn activate(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<ActivateRequest>, JsonRejection>,
+) -> Result<Json<AdapterVersionView>, ApiError> {
+    let Path(name) = name?;
+    let Json(request) = body?;
+    let info = state
+        .adapters
+        .activate(&name, &request.digest)
+        .await
+        .map_err(|e| manage_error(&name, e))?;
+    tracing::info!(adapter = %name, version = %info.version, digest = %info.digest,
+        "adapter version activated through the admin API");
+    Ok(Json(AdapterVersionView::from_info(&info, true)))
+}
+
+/// `POST /admin/adapters/{name}/rollback`.
+pub async fn rollback(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<AdapterVersionView>, ApiError> {
+    let Path(name) = name?;
+    let info = state
+        .adapters
+        .rollback(&name)
+        .await
+        .map_err(|e| manage_error(&name, e))?;
+    tracing::info!(adapter = %name, version = %info.version, digest = %info.digest,
+        "adapter rolled back through the admin API");
+    Ok(Json(AdapterVersionView::from_info(&info, true)))
+}
+
+/// Maps control-plane errors to the API error shape: validation failures are 422 and say
+/// why; lookups are 404; server-side failures are 500 without internals beyond the cause.
+fn manage_error(name: &str, error: ManageError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        ManageError::InvalidName(_) => {
+            ApiError::bad_request("invalid_adapter_name", message).with_param("name")
+        }
+        ManageError::InvalidDigest(_) => {
+            ApiError::bad_request("invalid_digest", message).with_param("digest")
+        }
+        ManageError::Load(load) => load_error(load, message),
+        ManageError::Persist { .. } | ManageError::Task(_) => {
+            tracing::error!(adapter = name, error = %message, "adapter change failed");
+            ApiError::internal(message)
+        }
+    }
+}
+
+fn load_error(error: LoadError, message: String) -> ApiError {
+    match error {
+        LoadError::InvalidName(_) => {
+            ApiError::bad_request("invalid_adapter_name", message).with_param("name")
+        }
+        LoadError::InvalidComponent(_) => ApiError::unprocessable("invalid_component", message),
+        LoadError::WrongWorld(_) => ApiError::unprocessable("wrong_world", message),
+        LoadError::UnsupportedContractVersion(_) => {
+            ApiError::unprocessable("unsupported_contract_version", message)
+        }
+        LoadError::NameMismatch { .. } => {
+            ApiError::unprocessable("name_mismatch", message).with_param("name")
+        }
+        LoadError::DescribeFailed(_) => ApiError::unprocessable("describe_failed", message),
+        LoadError::UnknownAdapter(_) => {
+            ApiError::not_found("adapter_not_found", message).with_param("name")
+        }
+        LoadError::UnknownVersion { .. } => {
+            ApiError::not_found("version_not_found", message).with_param("digest")
+        }
+        LoadError::NothingToRollBackTo(_) => ApiError::conflict("nothing_to_roll_back_to", message),
+        // The configured limits are the operator's, not the uploader's, mistake.
+        LoadError::InvalidLimits(_) | LoadError::Io { .. } => {
+            tracing::error!(error = %message, "adapter load failed on the server side");
+            ApiError::internal(message)
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The `sluice` command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Sluice: a payment channel gateway with sandboxed WebAssembly PSP adapters.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    /// Configuration file [default: ./sluice.toml when it exists].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve,
+    /// Run the gateway with the built adapters loaded and a fresh admin token, and print how to
+    /// try it.
+    Demo(DemoArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage the adapters of a running gateway through its admin API.
+    Adapter(AdapterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory of built adapters [default: SLUICE_ADAPTERS_DIR, else target/adapters].
+    #[arg(long, value_name = "DIR")]
+    pub adapters_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AdapterArgs {
+    /// Base URL of the gateway.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+
+    /// Admin token of the gateway.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// Print the raw JSON response instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: AdapterCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdapterCommand {
+    /// Upload a component; it is validated, then activated unless --no-activate.
+    Load {
+        /// Adapter name (its webhook route); must equal the name the component describes.
+        name: String,
+        /// The component file (`.wasm`).
+        file: PathBuf,
+        /// Stage the version without activating it.
+        #[arg(long)]
+        no_activate: bool,
+    },
+    /// List adapters with their versions, digests and status.
+    List,
+    /// Activate a loaded version by its digest.
+    Activate {
+        name: String,
+        /// SHA-256 digest (hex) of the version, as shown by `sluice adapter list`.
+        digest: String,
+    },
+    /// Re-activate the version that was active before the current one.
+    Rollback { name: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn adapter_load_parses_its_flags() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "adapter",
+            "--url",
+            "http://127.0.0.1:9999",
+            "load",
+            "stripe",
+            "stripe.wasm",
+            "--no-activate",
+        ])
+        .unwrap();
+        let Command::Adapter(args) = cli.command else {
+            panic!("expected adapter command");
+        };
+        assert_eq!(args.url, "http://127.0.0.1:9999");
+        match args.command {
+            AdapterCommand::Load {
+                name,
+                file,
+                no_activate,
+            } => {
+                assert_eq!(name, "stripe");
+                assert_eq!(file, PathBuf::from("stripe.wasm"));
+                assert!(no_activate);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! Configuration: `sluice.toml` plus `SLUICE_*` environment overrides.
+//!
+//! Precedence, highest first: environment variable, `sluice.toml`, built-in default.
+//! The file is the one named by `--config`, else `./sluice.toml` when it exists, else none.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default listen address: loopback only, so a fresh `sluice serve` is not exposed.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// Config file looked for in the working directory when `--config` is not given.
+pub const DEFAULT_CONFIG_FILE: &str = "sluice.toml";
+
+/// Everything the gateway needs to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `sqlite://...` (default, embedded) or `postgres://...`.
+    pub database_url: Secret,
+    /// Bearer token of the admin API. `None` disables the admin API (every call is 401).
+    pub admin_token: Option<Secret>,
+    /// Directory of `<name>.wasm` components loaded at start-up.
+    pub adapters_dir: Option<PathBuf>,
+    /// Root of everything Sluice writes: database file, compile cache, uploaded adapters.
+    pub data_dir: PathBuf,
+    /// Sandbox limits applied to every adapter unless overridden per adapter.
+    pub default_limits: LimitsConfig,
+    /// Per-adapter overrides, by adapter name.
+    pub adapter_limits: BTreeMap<String, LimitsConfig>,
+}
+
+impl Config {
+    /// Where compiled adapter artifacts are cached across restarts.
+    pub fn adapter_cache_dir(&self) -> PathBuf {
+        self.data_dir.join("adapter-cache")
+    }
+
+    /// Where components uploaded through the admin API are kept (`<name>/<digest>.wasm`).
+    pub fn uploaded_adapters_dir(&self) -> PathBuf {
+        self.data_dir.join("adapters")
+    }
+
+    /// Limits for one adapter: its own overrides on top of the defaults.
+    pub fn limits_for(&self, adapter: &str) -> LimitsConfig {
+        match self.adapter_limits.get(adapter) {
+            Some(own) => own.over(&self.default_limits),
+            None => self.default_limits.clone(),
+        }
+    }
+}
+
+/// Sandbox limits as written in the config; unset fields fall back to the next layer
+/// (per-adapter → `[limits]` → the runtime's safe defaults).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Linear memory cap of one call, in bytes.
+    pub memory_bytes: Option<usize>,
+    /// CPU deadline of one call, in milliseconds.
+    pub cpu_deadline_ms: Option<u64>,
+    /// Cap on the size of what one call returns, in bytes.
+    pub max_output_bytes: Option<usize>,
+    /// Cap on the log and stdout/stderr bytes one call may write, in bytes.
+    pub max_log_bytes: Option<usize>,
+}
+
+impl LimitsConfig {
+    /// `self` where set, otherwise `base`.
+    pub fn over(&self, base: &LimitsConfig) -> LimitsConfig {
+        LimitsConfig {
+            memory_bytes: self.memory_bytes.or(base.memory_bytes),
+            cpu_deadline_ms: self.cpu_deadline_ms.or(base.cpu_deadline_ms),
+            max_output_bytes: self.max_output_bytes.or(base.max_output_bytes),
+            max_log_bytes: self.max_log_bytes.or(base.max_log_bytes),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == LimitsConfig::default()
+    }
+
+    pub fn cpu_deadline(&self) -> Option<Duration> {
+        self.cpu_deadline_ms.map(Duration::from_millis)
+    }
+}
+
+/// A string that never shows up in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid {name}={value:?}: {reason}")]
+    InvalidValue {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// The file layout of `sluice.toml`. Every field is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    database_url: Option<String>,
+    admin_token: Option<String>,
+    adapters_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    limits: LimitsConfig,
+    #[serde(default)]
+    adapters: BTreeMap<String, FileAdapterConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAdapterConfig {
+    #[serde(default)]
+    limits: LimitsConfig,
+}
+
+impl Config {
+    /// Loads the config file (explicit path, or `./sluice.toml` if present) and applies the
+    /// process environment.
+    pub fn load(explicit_path: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = match explicit_path {
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.is_file()),
+        };
+        let text = match &path {
+            Some(path) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                        path: path.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Config::from_parts(text.as_deref().zip(path.as_deref()), |name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        })
+    }
+
+    /// Builds a config from the text of a config file (with its path, for messages) and an
+    /// environment lookup. Pure, so tests can drive it without touching the process.
+    pub fn from_parts(
+        file: Option<(&str, &Path)>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let file = match file {
+            Some((text, path)) => {
+                toml::from_str::<FileConfig>(text).map_err(|source| ConfigError::Parse {
+                    path: path.to_path_buf(),
+                    source: Box::new(source),
+                })?
+            }
+            None => FileConfig::default(),
+        };
+
+        let listen_text = env("SLUICE_LISTEN")
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen = listen_text
+            .parse::<SocketAddr>()
+            .map_err(|e| ConfigError::InvalidValue {
+                name: "listen",
+                value: listen_text.clone(),
+                reason: e.to_string(),
+            })?;
+
+        let data_dir = env("SLUICE_DATA_DIR")
+            .map(PathBuf::from)
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+
+        let database_url = env("SLUICE_DATABASE_URL")
+            .or(file.database_url)
+            .unwrap_or_else(|| format!("sqlite://{}/sluice.db", data_dir.display()));
+        if !(database_url.starts_with("sqlite:")
+            || database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::InvalidValue {
+                name: "database_url",
+                // Only the scheme: the rest may hold a password.
+                value: database_url.split(':').next().unwrap_or("").to_string(),
+                reason: "expected a sqlite: or postgres:// URL".into(),
+            });
+        }
+
+        let admin_token = env("SLUICE_ADMIN_TOKEN").or(file.admin_token);
+        if let Some(token) = &admin_token {
+            if token.len() < MIN_ADMIN_TOKEN_LEN {
+                return Err(ConfigError::InvalidValue {
+                    name: "admin_token",
+                    value: "***".into(),
+                    reason: format!("must be at least {MIN_ADMIN_TOKEN_LEN} characters"),
+                });
+            }
+        }
+
+        let adapters_dir = env("SLUICE_ADAPTERS_DIR")
+            .map(PathBuf::from)
+            .or(file.adapters_dir);
+
+        Ok(Config {
+            listen,
+            database_url: Secret::new(database_url),
+            admin_token: admin_token.map(Secret::new),
+            adapters_dir,
+            data_dir,
+            default_limits: file.limits,
+            adapter_limits: file
+                .adapters
+                .into_iter()
+                .filter(|(_, a)| !a.limits.is_empty())
+                .map(|(name, a)| (name, a.limits))
+                .collect(),
+        })
+    }
+}
+
+/// Short admin tokens are guessable; refuse them at start-up rather than run exposed.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_apply_without_file_or_environment() {
+        let config = Config::from_parts(None, no_env).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+        assert_eq!(config.database_url.expose(), "sqlite://./data/sluice.db");
+        assert_eq!(config.admin_token, None);
+        assert_eq!(config.adapters_dir, None);
+        assert_eq!(
+            config.adapter_cache_dir(),
+            PathBuf::from("./data/adapter-cache")
+        );
+        assert_eq!(
+            config.uploaded_adapters_dir(),
+            PathBuf::from("./data/adapters")
+        );
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let text = r#"
+            listen = "127.0.0.1:9000"
+            database_url = "postgres://file@127.0.0.1/db"
+            admin_token = "from-the-file-0123456789"
+            data_dir = "/var/lib/sluice"
+            adapters_dir = "/opt/adapters"
+        "#;
+        let env = |name: &str| match name {
+            "SLUICE_LISTEN" => Some("0.0.0.0:7000".to_string()),
+            "SLUICE_ADMIN_TOKEN" => Some("from-the-env-0123456789".to_string()),
+            _ => None,
+        };
+        let config = Config::from_parts(Some((text, Path::new("sluice.toml"))), env).unwrap();
+        assert_eq!(config.listen, "0.0.0.0:7000".parse().unwrap());
+        assert_eq!(
+            config.admin_token.as_ref().map(Secret::expose),
+            Some("from-the-env-0123456789")
+        );
+        assert_eq!(config.database_url.expose(), "postgres://file@127.0.0.1/db");
+        assert_eq!(config.data_dir, PathBuf::from("/var/lib/sluice"));
+        assert_eq!(config.adapters_dir, Some(PathBuf::from("/opt/adapters")));
+    }
+
+    #[test]
+    fn default_database_lives_in_the_data_dir() {
+        let env = |name: &str| (name == "SLUICE_DATA_DIR").then(|| "/tmp/x".to_string());
+        let config = Config::from_parts(None, env).unwrap();
+        assert_eq!(config.database_url.expose(), "sqlite:///tmp/x/sluice.db");
+    }
+
+    #[test]
+    fn per_adapter_limits_override_the_defaults_field_by_field() {
+        let text = r#"
+            [limits]
+            memory_bytes = 1000
+            cpu_deadline_ms = 50
+
+            [adapters.stripe.limits]
+            cpu_deadline_ms = 200
+        "#;
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        let stripe = config.limits_for("stripe");
+        assert_eq!(stripe.memory_bytes, Some(1000));
+        assert_eq!(stripe.cpu_deadline(), Some(Duration::from_millis(200)));
+        assert_eq!(config.limits_for("adyen").cpu_deadline_ms, Some(50));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_the_file_name() {
+        let err =
+            Config::from_parts(Some(("lisen = \"x\"", Path::new("my.toml"))), no_env).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("my.toml"), "{message}");
+        assert!(message.contains("lisen"), "{message}");
+    }
+
+    #[test]
+    fn bad_listen_address_is_a_clear_error() {
+        let env = |name: &str| (name == "SLUICE_LISTEN").then(|| "localhost".to_string());
+        let err = Config::from_parts(None, env).unwrap_err();
+        assert!(err.to_string().contains("listen"), "{err}");
+    }
+
+    #[test]
+    fn short_admin_token_is_refused_without_echoing_it() {
+        let env = |name: &str| (name == "SLUICE_ADMIN_TOKEN").then(|| "short".to_string());
+        let err = Config::from_parts(None, env).unwrap_err().to_string();
+        assert!(err.contains("admin_token"), "{err}");
+        assert!(!err.contains("short\""), "{err}");
+    }
+
+    #[test]
+    fn unknown_database_scheme_is_refused_without_echoing_credentials() {
+        let env = |name: &str| {
+            (name == "SLUICE_DATABASE_URL").then(|| "mysql://u:hunter2@h/db".to_string())
+        };
+        let err = Config::from_parts(None, env).unwrap_err().to_string();
+        assert!(err.contains("database_url"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn the_example_config_file_is_valid() {
+        let text = include_str!("../../../sluice.toml.example");
+        let config =
+            Config::from_parts(Some((text, Path::new("sluice.toml.example"))), no_env).unwrap();
+        assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(config.default_limits.cpu_deadline_ms, Some(200));
+    }
+
+    #[test]
+    fn secrets_do_not_appear_in_debug_output() {
+        let env = |name: &str| {
+            (name == "SLUICE_ADMIN_TOKEN").then(|| "very-secret-admin-token".to_string())
+        };
+        let config = Config::from_parts(None, env).unwrap();
+        assert!(!format!("{config:?}").contains("very-secret"));
+    }
+}

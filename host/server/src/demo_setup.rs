@@ -1,0 +1,118 @@
+//! `sluice demo`: the gateway plus a built-in sandbox PSP and a demo merchant
+//! with one connector account per adapter, so a newcomer can try a payment
+//! with one curl.
+
+use sluice_sandbox_psp::{
+    Format, SandboxConfig, SandboxHandle, WebhookTarget, DEFAULT_ADYEN_API_KEY,
+    DEFAULT_STRIPE_API_KEY,
+};
+use sluice_store::{ApiKeyPepper, NewConnectorAccount, Store, StoreError};
+
+/// The Stripe-format webhook secret the sandbox signs with in the demo.
+const DEMO_STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_demo";
+/// The Adyen-format HMAC key (hex) the sandbox signs with in the demo.
+const DEMO_ADYEN_HMAC_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+
+/// Why the demo could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("cannot start the sandbox PSP: {0}")]
+    Sandbox(String),
+    #[error("cannot create the demo merchant: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What the demo created, for the banner.
+pub struct DemoSetup {
+    pub sandbox: SandboxHandle,
+    pub merchant_id: String,
+    pub api_key: String,
+    /// (adapter, connector account id)
+    pub accounts: Vec<(String, String)>,
+}
+
+/// Start the sandbox PSP and create a demo merchant whose connector
+/// accounts point at it; the sandbox's webhooks go to `gateway_url`.
+pub async fn set_up(
+    store: &Store,
+    pepper: &ApiKeyPepper,
+    gateway_url: &str,
+) -> Result<DemoSetup, DemoError> {
+    let sandbox = sluice_sandbox_psp::start(SandboxConfig::default())
+        .await
+        .map_err(|e| DemoError::Sandbox(e.to_string()))?;
+    let merchant = store.create_merchant("Demo merchant").await?;
+    let key = store.issue_api_key(&merchant.id, "demo", pepper).await?;
+    let mut accounts = Vec::new();
+    for (adapter, base_url, api_key, secret, format) in [
+        (
+            "stripe",
+            sandbox.base_url_stripe(),
+            DEFAULT_STRIPE_API_KEY,
+            DEMO_STRIPE_WEBHOOK_SECRET,
+            Format::Stripe,
+        ),
+        (
+            "adyen",
+            sandbox.base_url_adyen(),
+            DEFAULT_ADYEN_API_KEY,
+            DEMO_ADYEN_HMAC_KEY,
+            Format::Adyen,
+        ),
+    ] {
+        let mut config = serde_json::json!({ "base_url": base_url });
+        if adapter == "adyen" {
+            config["merchant_account"] = serde_json::json!("SluiceDemo");
+        }
+        let account = store
+            .create_connector_account(&NewConnectorAccount {
+                merchant_id: merchant.id.clone(),
+                adapter: adapter.into(),
+                label: format!("demo {adapter} (sandbox PSP)"),
+                config,
+                secrets: serde_json::json!({ "api_key": api_key, "webhook_secret": secret }),
+            })
+            .await?;
+        sandbox.set_webhook_target(
+            adapter,
+            WebhookTarget {
+                url: format!("{gateway_url}/webhooks/{adapter}/{}", account.id),
+                secret: secret.into(),
+                format,
+                api_key: Some(api_key.into()),
+            },
+        );
+        accounts.push((adapter.to_owned(), account.id));
+    }
+    Ok(DemoSetup {
+        sandbox,
+        merchant_id: merchant.id,
+        api_key: key.plaintext,
+        accounts,
+    })
+}
+
+/// The part of the banner that shows how to pay.
+pub fn payment_banner(gateway_url: &str, setup: &DemoSetup) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "\nDemo merchant {}\n  API key: {}\n  sandbox PSP: {}\n",
+        setup.merchant_id,
+        setup.api_key,
+        setup.sandbox.base_url()
+    ));
+    for (adapter, account) in &setup.accounts {
+        out.push_str(&format!("  connector account {adapter}: {account}\n"));
+    }
+    let account = setup
+        .accounts
+        .first()
+        .map(|(_, id)| id.as_str())
+        .unwrap_or("<connector account>");
+    out.push_str(&format!(
+        "\nCreate and confirm a payment:\n  curl -s {gateway_url}/v1/payments \\\n    -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: demo-1' \\\n    -d '{{\"amount\": 1999, \"currency\": \"EUR\", \"merchant_order_no\": \"order-1\", \"capture_mode\": \"automatic\", \"connector_account\": \"{account}\", \"payment_method\": \"pm_card_visa\", \"confirm\": true}}'\n",
+        setup.api_key
+    ));
+    out.push_str("\nOther test tokens: pm_card_chargeDeclined (decline), pm_sluice_commit_then_timeout (timeout that converges), pm_card_threeDSecureRequired (requires action).\n");
+    out
+}

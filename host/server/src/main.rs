@@ -1,0 +1,35 @@
+//! `sluice`: the gateway binary. See `sluice --help`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_server::cli::Cli;
+use sluice_server::{commands, telemetry};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init();
+    match commands::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

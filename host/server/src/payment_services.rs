@@ -1,0 +1,190 @@
+//! The payment services behind the HTTP surface: the orchestrator, the
+//! merchant API, outbox delivery, the recovery scanner and the inbox
+//! processor, assembled once at start-up and stopped together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{middleware, Router};
+use sluice_adapter_runtime::AdapterRuntime;
+use sluice_delivery::{
+    admin_router as delivery_admin_router, DeliveryAdmin, DeliveryMetrics, EndpointPolicy,
+    NatsSinkConfig, Publisher, PublisherConfig,
+};
+use sluice_merchant_api::{MerchantApiState, IDEMPOTENCY_KEY_TTL};
+use sluice_orchestrator::{Orchestrator, OrchestratorConfig, ReqwestTransport};
+use sluice_scanner::{Scanner, ScannerConfig};
+use sluice_store::{ApiKeyPepper, Store, SystemClock};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::auth::{require_admin, AdminAuth};
+
+/// Why the payment services could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum PaymentServicesError {
+    #[error("cannot build the PSP HTTP client: {0}")]
+    Transport(String),
+    #[error("cannot set up outbox delivery: {0}")]
+    Delivery(String),
+    #[error("cannot set up the recovery scanner: {0}")]
+    Scanner(String),
+    #[error("cannot register metrics: {0}")]
+    Metrics(String),
+}
+
+/// What start-up needs to know beyond the store and the runtime.
+#[derive(Debug, Clone, Default)]
+pub struct PaymentSettings {
+    /// Publish outbox events to NATS JetStream too (`SLUICE_NATS_URL`).
+    pub nats_url: Option<String>,
+    /// Accept plain-http merchant webhook endpoints (demo and tests only).
+    pub allow_http_endpoints: bool,
+}
+
+/// The assembled services. Cheap to clone.
+#[derive(Clone)]
+pub struct PaymentServices {
+    pub orchestrator: Orchestrator,
+    pub merchant_api: MerchantApiState,
+    pub publisher: Publisher,
+    pub scanner: Scanner,
+    pub registry: prometheus::Registry,
+    settings: PaymentSettings,
+}
+
+impl PaymentServices {
+    pub fn new(
+        store: Store,
+        runtime: AdapterRuntime,
+        pepper: ApiKeyPepper,
+        settings: PaymentSettings,
+    ) -> Result<Self, PaymentServicesError> {
+        let transport = ReqwestTransport::new()
+            .map_err(|e| PaymentServicesError::Transport(e.to_string()))?;
+        let orchestrator = Orchestrator::new(
+            store.clone(),
+            runtime,
+            Arc::new(transport),
+            Arc::new(SystemClock),
+            OrchestratorConfig::default(),
+        );
+        let registry = prometheus::Registry::new_custom(None, None)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        let delivery_metrics = DeliveryMetrics::register(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        let publisher_config = PublisherConfig {
+            nats: settings.nats_url.clone().map(|url| NatsSinkConfig {
+                url,
+                ..NatsSinkConfig::default()
+            }),
+            ..PublisherConfig::default()
+        };
+        let publisher = Publisher::new(store, publisher_config, delivery_metrics)
+            .map_err(|e| PaymentServicesError::Delivery(e.to_string()))?;
+        let scanner =
+            Scanner::with_metrics(orchestrator.clone(), ScannerConfig::default(), &registry)
+                .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
+        let merchant_api = MerchantApiState::new(orchestrator.clone(), pepper);
+        Ok(PaymentServices {
+            orchestrator,
+            merchant_api,
+            publisher,
+            scanner,
+            registry,
+            settings,
+        })
+    }
+
+    /// `/v1`, `/webhooks`, `/openapi.json`, `/metrics` and the admin routes
+    /// for merchants, keys, connector accounts and webhook endpoints (behind
+    /// the admin token).
+    pub fn router(&self, auth: AdminAuth) -> Router {
+        let admin_layer = middleware::from_fn_with_state(auth, require_admin);
+        let delivery_admin = delivery_admin_router(DeliveryAdmin::new(
+            self.orchestrator.store().clone(),
+            EndpointPolicy {
+                allow_http: self.settings.allow_http_endpoints,
+            },
+        ))
+        .route_layer(admin_layer.clone());
+        let registry = self.registry.clone();
+        Router::new()
+            .merge(sluice_merchant_api::router(self.merchant_api.clone()))
+            .merge(sluice_merchant_api::admin_router(
+                self.merchant_api.clone(),
+                admin_layer,
+            ))
+            .merge(delivery_admin)
+            .route(
+                "/metrics",
+                get(move || {
+                    let registry = registry.clone();
+                    async move { render_metrics(&registry) }
+                }),
+            )
+    }
+
+    /// Start the inbox processor, the outbox publisher, the recovery scanner
+    /// and idempotency-key pruning; they stop when `shutdown` turns true.
+    pub fn spawn_workers(&self, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
+        let mut workers = JoinSet::new();
+        let orchestrator = self.orchestrator.clone();
+        let stop = shutdown.clone();
+        workers.spawn(async move { orchestrator.run_inbox_processor(stop).await });
+        let scanner = self.scanner.clone();
+        let stop = shutdown.clone();
+        workers.spawn(async move { scanner.run(stop).await });
+        let publisher = self.publisher.clone();
+        let stop = shutdown.clone();
+        workers.spawn(async move {
+            if let Err(error) = publisher.run(wait_for_true(stop)).await {
+                tracing::error!(%error, "outbox publisher stopped");
+            }
+        });
+        let store = self.orchestrator.store().clone();
+        workers.spawn(prune_idempotency_keys(store, shutdown));
+        workers
+    }
+}
+
+async fn wait_for_true(mut flag: watch::Receiver<bool>) {
+    while !*flag.borrow() {
+        if flag.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn prune_idempotency_keys(store: Store, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        match sluice_merchant_api::prune_idempotency_keys(&store, IDEMPOTENCY_KEY_TTL).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "idempotency keys pruned"),
+            Err(error) => tracing::warn!(%error, "idempotency key pruning failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+        }
+    }
+}
+
+fn render_metrics(registry: &prometheus::Registry) -> axum::response::Response {
+    use prometheus::Encoder;
+    let encoder = prometheus::TextEncoder::new();
+    let mut body = Vec::new();
+    match encoder.encode(&registry.gather(), &mut body) {
+        Ok(()) => (
+            [(axum::http::header::CONTENT_TYPE, encoder.format_type().to_owned())],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "cannot encode metrics");
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}

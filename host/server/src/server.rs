@@ -1,0 +1,195 @@
+//! Starting and stopping the gateway.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig, SandboxLimits};
+use sluice_store::{Store, StoreError};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::adapters::{sandbox_limits, AdapterManager, StartupReport};
+use crate::app::{router, AppState};
+use crate::auth::AdminAuth;
+use crate::config::Config;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the database: {0}")]
+    Database(#[source] StoreError),
+    #[error("cannot migrate the database: {0}")]
+    Migrate(#[source] StoreError),
+    #[error("cannot start the adapter runtime: {0}")]
+    Runtime(#[from] sluice_adapter_runtime::RuntimeError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A gateway serving HTTP. Adapters load in the background; see [`RunningServer::ready`].
+pub struct RunningServer {
+    local_addr: SocketAddr,
+    state: AppState,
+    shutdown: Option<oneshot::Sender<()>>,
+    serve: JoinHandle<std::io::Result<()>>,
+    startup: watch::Receiver<Option<Arc<StartupReport>>>,
+}
+
+impl RunningServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// `http://<local addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Waits until start-up loading of adapters has finished and returns what it did.
+    pub async fn ready(&self) -> Arc<StartupReport> {
+        let mut startup = self.startup.clone();
+        loop {
+            if let Some(report) = startup.borrow_and_update().clone() {
+                return report;
+            }
+            if startup.changed().await.is_err() {
+                // The loader is gone without a report (it panicked); report nothing loaded.
+                return Arc::new(StartupReport::default());
+            }
+        }
+    }
+
+    /// Resolves when the HTTP server stops on its own (it only does on an IO error).
+    pub async fn stopped(&mut self) -> std::io::Result<()> {
+        match (&mut self.serve).await {
+            Ok(result) => result,
+            Err(join) => Err(std::io::Error::other(join.to_string())),
+        }
+    }
+
+    /// Stops accepting connections, lets requests in flight finish, closes the database.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let result = self.stopped().await;
+        self.state.store.close().await;
+        result
+    }
+}
+
+/// Connects to the database and migrates it.
+pub async fn open_store(config: &Config) -> Result<Store, StartError> {
+    let store = Store::connect(config.database_url.expose())
+        .await
+        .map_err(StartError::Database)?;
+    store.migrate().await.map_err(StartError::Migrate)?;
+    Ok(store)
+}
+
+/// Starts the gateway on `listener` (or on `config.listen` when `None`).
+pub async fn start(
+    config: &Config,
+    listener: Option<TcpListener>,
+) -> Result<RunningServer, StartError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let store = open_store(config).await?;
+    let runtime = AdapterRuntime::new(RuntimeConfig {
+        cache_dir: Some(config.adapter_cache_dir()),
+        default_limits: sandbox_limits(&config.default_limits, SandboxLimits::default()),
+        ..RuntimeConfig::default()
+    })?;
+    let adapters = Arc::new(AdapterManager::new(runtime, config));
+    let auth = AdminAuth::new(config.admin_token.as_ref().map(|t| t.expose()));
+    if !auth.is_enabled() {
+        tracing::warn!("no admin token configured (SLUICE_ADMIN_TOKEN): the admin API is disabled");
+    }
+    let state = AppState::new(auth, Arc::clone(&adapters), store);
+
+    let listener = match listener {
+        Some(listener) => listener,
+        None => TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.listen,
+                source,
+            })?,
+    };
+    let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+
+    let (report_tx, report_rx) = watch::channel(None);
+    let loader_state = state.clone();
+    let adapters_dir = config.adapters_dir.clone();
+    tokio::spawn(async move {
+        let report = adapters.load_startup(adapters_dir.as_deref()).await;
+        loader_state.mark_adapters_loaded();
+        let _ = report_tx.send(Some(Arc::new(report)));
+    });
+
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let app = router(state.clone());
+    let serve = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown_rx.await;
+            })
+            .await
+    });
+    tracing::info!(addr = %local_addr, data_dir = %config.data_dir.display(), "sluice is listening");
+
+    Ok(RunningServer {
+        local_addr,
+        state,
+        shutdown: Some(shutdown_tx),
+        serve,
+        startup: report_rx,
+    })
+}
+
+/// Resolves on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

@@ -1,0 +1,256 @@
+//! The built `sluice` binary against a running gateway.
+
+use std::path::Path;
+use std::process::Output;
+
+use sqlx::{Connection, Row};
+use tokio::process::Command;
+
+use crate::common::*;
+
+/// Runs the built `sluice` binary with a clean environment for its own variables.
+async fn sluice(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(args).current_dir(cwd);
+    for var in [
+        "SLUICE_ADMIN_TOKEN",
+        "SLUICE_URL",
+        "SLUICE_DATABASE_URL",
+        "SLUICE_DATA_DIR",
+        "SLUICE_LISTEN",
+        "SLUICE_ADAPTERS_DIR",
+    ] {
+        command.env_remove(var);
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().await.expect("run the sluice binary")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_adapter_list_prints_the_adapters_of_a_running_gateway() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = adapters_subset(&[WELL_BEHAVED]);
+    let server = start(&config(data.path(), Some(dir.path().to_path_buf()))).await;
+    let url = server.url();
+    let wasm_digest = digest(&adapter_bytes(WELL_BEHAVED));
+
+    let table = sluice(
+        &[
+            "adapter",
+            "--url",
+            &url,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "list",
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(table.status.success(), "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.starts_with("NAME"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(WELL_BEHAVED))
+        .unwrap_or_else(|| panic!("no row for {WELL_BEHAVED}: {text}"));
+    assert!(row.contains(&wasm_digest), "{row}");
+    assert!(row.contains("active"), "{row}");
+
+    // The token may also come from the environment; --json prints the API's answer.
+    let json = sluice(
+        &["adapter", "--url", &url, "list", "--json"],
+        &[("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)],
+        data.path(),
+    )
+    .await;
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(adapter(&value, WELL_BEHAVED)["active_digest"], wasm_digest);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_adapter_load_activate_and_rollback_drive_the_admin_api() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = adapters_subset(&[WELL_BEHAVED]);
+    let server = start(&config(data.path(), Some(dir.path().to_path_buf()))).await;
+    let url = server.url();
+    let v1 = adapter_bytes(WELL_BEHAVED);
+    let v2 = with_custom_section(&v1, "sluice-test-cli");
+    let file = data.path().join("v2.wasm");
+    std::fs::write(&file, &v2).unwrap();
+    let file = file.to_str().unwrap();
+    let base = [
+        "adapter",
+        "--url",
+        url.as_str(),
+        "--admin-token",
+        ADMIN_TOKEN,
+    ];
+    let run = |extra: Vec<&'static str>, owned: Vec<String>| {
+        let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        args.extend(extra.into_iter().map(str::to_string));
+        args.extend(owned);
+        let cwd = data.path().to_path_buf();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            sluice(&args, &[], &cwd).await
+        }
+    };
+
+    let load = run(
+        vec!["load", WELL_BEHAVED],
+        vec![file.to_string(), "--no-activate".into()],
+    )
+    .await;
+    assert!(load.status.success(), "{}", stderr(&load));
+    assert!(stdout(&load).contains(&digest(&v2)), "{}", stdout(&load));
+    assert!(stdout(&load).contains("staged"), "{}", stdout(&load));
+    assert_eq!(active_describe(&server, WELL_BEHAVED).await.1, digest(&v1));
+
+    let activate = run(vec!["activate", WELL_BEHAVED], vec![digest(&v2)]).await;
+    assert!(activate.status.success(), "{}", stderr(&activate));
+    assert_eq!(active_describe(&server, WELL_BEHAVED).await.1, digest(&v2));
+
+    let rollback = run(vec!["rollback", WELL_BEHAVED], vec![]).await;
+    assert!(rollback.status.success(), "{}", stderr(&rollback));
+    assert!(
+        stdout(&rollback).contains(&digest(&v1)),
+        "{}",
+        stdout(&rollback)
+    );
+    assert_eq!(active_describe(&server, WELL_BEHAVED).await.1, digest(&v1));
+
+    let garbage = data.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"garbage").unwrap();
+    let refused = run(
+        vec!["load", WELL_BEHAVED],
+        vec![garbage.to_str().unwrap().to_string()],
+    )
+    .await;
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("invalid_component"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(active_describe(&server, WELL_BEHAVED).await.1, digest(&v1));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_adapter_commands_fail_clearly_with_a_wrong_token_or_no_gateway() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(&config(data.path(), None)).await;
+    let url = server.url();
+
+    let wrong = sluice(
+        &[
+            "adapter",
+            "--url",
+            &url,
+            "--admin-token",
+            "wrong-token-0123456789",
+            "list",
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(!wrong.status.success());
+    assert!(
+        stderr(&wrong).contains("admin_token_invalid"),
+        "{}",
+        stderr(&wrong)
+    );
+    server.shutdown().await.unwrap();
+
+    // Nothing listens there any more.
+    let gone = sluice(
+        &[
+            "adapter",
+            "--url",
+            &url,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "list",
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(!gone.status.success());
+    assert!(
+        stderr(&gone).contains("cannot reach the gateway"),
+        "{}",
+        stderr(&gone)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_migrate_brings_a_fresh_postgres_database_up_to_date() {
+    let pg = crate::pg::TestDatabase::create().await;
+    let data = tempfile::tempdir().unwrap();
+
+    let migrate = sluice(
+        &["migrate"],
+        &[
+            ("SLUICE_DATABASE_URL", &pg.url),
+            ("SLUICE_DATA_DIR", data.path().to_str().unwrap()),
+        ],
+        data.path(),
+    )
+    .await;
+
+    assert!(migrate.status.success(), "{}", stderr(&migrate));
+    let mut conn = sqlx::AnyConnection::connect(&pg.url).await.unwrap();
+    let applied: i64 = sqlx::query("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert!(applied >= 1, "no migration applied");
+    conn.close().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_migrate_creates_the_default_sqlite_database_in_the_data_dir() {
+    let data = tempfile::tempdir().unwrap();
+
+    let migrate = sluice(&["migrate"], &[], data.path()).await;
+
+    assert!(migrate.status.success(), "{}", stderr(&migrate));
+    assert!(data.path().join("data").join("sluice.db").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_invalid_config_file_is_a_clear_error() {
+    let data = tempfile::tempdir().unwrap();
+    let missing = sluice(&["--config", "nope.toml", "migrate"], &[], data.path()).await;
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("nope.toml"),
+        "{}",
+        stderr(&missing)
+    );
+
+    std::fs::write(data.path().join("sluice.toml"), "listen = 12\n").unwrap();
+    let invalid = sluice(&["migrate"], &[], data.path()).await;
+    assert!(!invalid.status.success());
+    assert!(
+        stderr(&invalid).contains("sluice.toml"),
+        "{}",
+        stderr(&invalid)
+    );
+}
