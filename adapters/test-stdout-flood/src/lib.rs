@@ -1,6 +1,6 @@
-//! Test adapter that writes megabytes to stdout and stderr, then answers normally. The
-//! amount comes from the connector account setting `flood_bytes` (default 4 MiB per
-//! stream).
+//! Test adapter that writes megabytes to stdout and stderr and floods the host `log`
+//! import, then answers normally. The amounts come from the connector account settings
+//! `flood_bytes` (default 4 MiB per stream) and `log_lines` (default 10 000).
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -27,9 +27,10 @@ use sluice::psp::types::{FailureCategory, Header};
 use std::io::Write;
 
 const DEFAULT_FLOOD_BYTES: usize = 4 << 20;
+const DEFAULT_LOG_LINES: usize = 10_000;
 
-/// Writes `flood_bytes` to each of stdout and stderr, in lines of 1 KiB. Write errors
-/// are ignored: the point is to push, not to be heard.
+/// Writes `flood_bytes` to each of stdout and stderr, in lines of 1 KiB, then logs
+/// `log_lines` lines. Write errors are ignored: the point is to push, not to be heard.
 fn flood() {
     let total = host::get_config("flood_bytes")
         .and_then(|v| v.parse().ok())
@@ -43,6 +44,12 @@ fn flood() {
         let _ = stderr.write_all(&line);
     }
     let _ = stdout.flush();
+    let log_lines: usize = host::get_config("log_lines")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_LOG_LINES);
+    for i in 0..log_lines {
+        host::log(host::LogLevel::Info, &format!("flood log line {i}"));
+    }
 }
 
 pub struct StdoutFlood;

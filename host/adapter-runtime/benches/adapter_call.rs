@@ -240,6 +240,11 @@ fn print_medians(f: &Fixture, tokio_rt: &tokio::runtime::Runtime) {
             );
         })
     });
+    let describe = median_of(n, || {
+        tokio_rt.block_on(async {
+            black_box(f.handle.describe().await.ok());
+        })
+    });
     let ratio = |d: Duration| d.as_secs_f64() / native.as_secs_f64();
     println!("\nmedians of {n} individually timed calls, 2 KB signed webhook:");
     println!("  native                    {native:>10.2?}");
@@ -250,6 +255,9 @@ fn print_medians(f: &Fixture, tokio_rt: &tokio::runtime::Runtime) {
     println!(
         "  sandboxed (async handle)  {via_async:>10.2?}  = {:.1} x native",
         ratio(via_async)
+    );
+    println!(
+        "  describe (async handle)   {describe:>10.2?}  (fixed cost of a call: store, instance, WASI context, thread hop)"
     );
 }
 

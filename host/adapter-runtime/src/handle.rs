@@ -101,12 +101,19 @@ impl AdapterHandle {
 
     /// `handle_webhook` on the calling thread. For synchronous callers and benchmarks
     /// only: never call it from an async task, it blocks for up to the CPU deadline.
+    /// It does not wait for an instance slot: when all are busy it fails at once.
     pub fn handle_webhook_blocking(
         &self,
         account: &ConnectorAccountScope,
         request: &WebhookRequest,
     ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
         let _entered = self.span("handle-webhook", &account.account_id).entered();
+        let _permit = self.shared.slots.try_acquire().map_err(|e| match e {
+            tokio::sync::TryAcquireError::Closed => AdapterError::ShuttingDown,
+            tokio::sync::TryAcquireError::NoPermits => {
+                AdapterError::Instantiate("every instance slot is busy".into())
+            }
+        })?;
         run_call(
             &self.shared,
             &self.version.pre,

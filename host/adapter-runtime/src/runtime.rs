@@ -141,8 +141,9 @@ impl AdapterRuntime {
 
     /// Validates `wasm`, compiles it (or takes it from the compile cache) and registers
     /// it as a version of `name`; with `activate`, makes it the active version in one
-    /// atomic step. Loading bytes that are already loaded is a no-op (apart from
-    /// `activate`). On any error nothing changes.
+    /// atomic step. Loading bytes that are already loaded is a no-op apart from
+    /// `activate` (the version keeps the limits it was first loaded with). On any error
+    /// nothing changes.
     ///
     /// This blocks for the compilation (hundreds of milliseconds for a typical adapter);
     /// async callers should run it with `tokio::task::spawn_blocking`.

@@ -48,19 +48,21 @@ impl CallState {
         }
     }
 
-    /// Sends what the call wrote to stdout/stderr, and how much was dropped, to tracing.
-    /// Runs inside the call's span, which carries the adapter name, version and digest.
+    /// Sends what the call wrote to stdout/stderr, and how much was dropped, to tracing:
+    /// one event per stream, so a call cannot multiply log events by printing short
+    /// lines. Runs inside the call's span (adapter name, version, digest).
     pub(crate) fn emit_captured_output(&self) {
         for (stream, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let (bytes, dropped) = captured.take();
-            if !bytes.is_empty() {
-                let text = String::from_utf8_lossy(&bytes);
-                for line in text.lines().filter(|l| !l.is_empty()) {
-                    tracing::info!(target: "sluice::adapter::output", stream, "{line}");
-                }
+            if bytes.is_empty() && dropped == 0 {
+                continue;
             }
+            let text = String::from_utf8_lossy(&bytes);
             if dropped > 0 {
-                tracing::warn!(target: "sluice::adapter::output", stream, dropped_bytes = dropped, "adapter output over budget was dropped");
+                tracing::warn!(target: "sluice::adapter::output", stream, dropped_bytes = dropped,
+                    "adapter output over budget was dropped; kept:\n{}", text.trim_end());
+            } else {
+                tracing::info!(target: "sluice::adapter::output", stream, "{}", text.trim_end());
             }
         }
         if self.logs_dropped > 0 {
@@ -68,6 +70,9 @@ impl CallState {
         }
     }
 }
+
+/// What one `log` line costs against the budget on top of its text.
+const LOG_LINE_OVERHEAD: usize = 64;
 
 /// stdin closed, no args, no environment, no preopened directories, no sockets or name
 /// lookups, stdout/stderr captured with a cap, wall clock = the host clock.
@@ -104,11 +109,14 @@ impl host::Host for CallState {
     }
 
     fn log(&mut self, level: host::LogLevel, message: String) {
-        if message.len() > self.log_budget {
+        // Each line costs its length plus a fixed overhead, so a flood of empty lines
+        // exhausts the budget too.
+        let cost = message.len().saturating_add(LOG_LINE_OVERHEAD);
+        if cost > self.log_budget {
             self.logs_dropped += 1;
             return;
         }
-        self.log_budget -= message.len();
+        self.log_budget -= cost;
         let account = self.scope.account_id.as_str();
         match level {
             host::LogLevel::Trace => {

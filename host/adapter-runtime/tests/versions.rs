@@ -315,3 +315,61 @@ fn load_dir_loads_and_activates_every_component_and_reports_each_failure() {
     let missing = rt.load_dir(&dir.path().join("missing"));
     assert!(matches!(missing[0].1, Err(LoadError::Io { .. })));
 }
+
+/// The component with every occurrence of its exported interface name rewritten (same
+/// length, so the binary stays well-formed): a build against another contract version.
+fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
+    let from = b"sluice:psp/adapter@0.1.0";
+    let to = format!("sluice:psp/adapter@{version}");
+    assert_eq!(to.len(), from.len(), "same-length versions only");
+    let mut out = wasm.to_vec();
+    let mut replaced = 0;
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to.as_bytes());
+            replaced += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(replaced > 0, "export name not found in the component");
+    out
+}
+
+#[test]
+fn contract_versions_other_than_0_1_x_are_refused_and_0_1_patches_accepted() {
+    let rt = runtime();
+    let bytes = adapter_bytes(WELL);
+    let future = rt
+        .load(WELL, &with_contract_version(&bytes, "9.1.0"), None, true)
+        .unwrap_err();
+    assert!(
+        matches!(future, LoadError::UnsupportedContractVersion(_)),
+        "{future:?}"
+    );
+    let minor = rt
+        .load(WELL, &with_contract_version(&bytes, "0.2.0"), None, true)
+        .unwrap_err();
+    assert!(
+        matches!(minor, LoadError::UnsupportedContractVersion(_)),
+        "{minor:?}"
+    );
+    assert!(rt.list().is_empty());
+
+    let patch = rt
+        .load(WELL, &with_contract_version(&bytes, "0.1.7"), None, true)
+        .expect("a 0.1.x patch release of the contract is compatible");
+    let handle = rt.active(WELL).unwrap();
+    assert_eq!(handle.identity().digest, patch.digest);
+    let body = payment_succeeded_body("evt_patch");
+    let accepted = handle
+        .handle_webhook_blocking(
+            &account("a", "k", "whsec"),
+            &signed_webhook("whsec", NOW_SECS, &body),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(accepted.events.len(), 1);
+}
