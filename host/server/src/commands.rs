@@ -137,8 +137,14 @@ pub fn demo_banner(config: &Config, url: &str, report: &StartupReport) -> String
         .collect();
     if !failures.is_empty() {
         out.push_str("\nNot loaded:\n");
+        let only_test_adapters = failures.iter().all(|(source, _)| is_test_adapter(source));
         for (source, error) in failures {
             out.push_str(&format!("  {}: {error}\n", source.display()));
+        }
+        if only_test_adapters {
+            out.push_str(
+                "  (test-* adapters exist for the test suite; test-wrong-world is refused on purpose)\n",
+            );
         }
     }
     let token = config
@@ -216,4 +222,10 @@ fn pretty(value: &serde_json::Value) -> String {
     let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
     text.push('\n');
     text
+}
+
+fn is_test_adapter(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("test-"))
 }

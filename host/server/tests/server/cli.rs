@@ -254,3 +254,136 @@ async fn a_missing_or_invalid_config_file_is_a_clear_error() {
         stderr(&invalid)
     );
 }
+
+/// Sends SIGTERM to a child and waits (bounded) for it to exit.
+async fn terminate(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("child is running").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("run kill");
+    assert!(killed.success());
+    tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("sluice exits within 20 s of SIGTERM")
+        .expect("wait for sluice")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = adapters_subset(&[WELL_BEHAVED, "stripe"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["demo", "--adapters-dir", dir.path().to_str().unwrap()])
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .env_remove("SLUICE_DATABASE_URL")
+        .env_remove("SLUICE_ADAPTERS_DIR")
+        .env("SLUICE_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_DATA_DIR", data.path())
+        .current_dir(data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start sluice demo");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = String::new();
+    let read_banner = async {
+        while let Some(line) = lines.next_line().await.expect("read demo output") {
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.contains("Press ctrl-c") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), read_banner)
+        .await
+        .unwrap_or_else(|_| panic!("no demo banner within 120 s"));
+
+    for name in [WELL_BEHAVED, "stripe"] {
+        let line = banner
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from the banner:\n{banner}"));
+        assert!(line.contains(&digest(&adapter_bytes(name))), "{line}");
+    }
+    let field = |label: &str| {
+        banner
+            .lines()
+            .find_map(|l| {
+                l.trim_start()
+                    .strip_prefix(label)
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {label} in the banner:\n{banner}"))
+    };
+    let url = field("URL");
+    let token = field("Admin token");
+    let list = reqwest::Client::new()
+        .get(format!("{url}/admin/adapters"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("list adapters of the demo gateway");
+    assert_eq!(list.status(), reqwest::StatusCode::OK);
+    let list: serde_json::Value = list.json().await.unwrap();
+    assert_eq!(adapter(&list, "stripe")["status"], "active");
+
+    let status = terminate(&mut child).await;
+    assert!(status.success(), "sluice demo exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_serve_answers_health_checks_and_shuts_down_gracefully_on_sigterm() {
+    let data = tempfile::tempdir().unwrap();
+    // Pick a free port; the tiny window before `sluice` binds it is acceptable here.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .env_remove("SLUICE_DATABASE_URL")
+        .env_remove("SLUICE_ADAPTERS_DIR")
+        .env("SLUICE_LISTEN", &listen)
+        .env("SLUICE_DATA_DIR", data.path())
+        .current_dir(data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start sluice serve");
+
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ready = loop {
+        if let Ok(response) = client.get(format!("http://{listen}/readyz")).send().await {
+            if response.status() == reqwest::StatusCode::OK {
+                break response.json::<serde_json::Value>().await.unwrap();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sluice serve never became ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(ready["database"], true);
+    let health = client
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+    assert!(data.path().join("sluice.db").is_file());
+
+    let status = terminate(&mut child).await;
+    assert!(status.success(), "sluice serve exited with {status}");
+}
