@@ -146,3 +146,37 @@ async fn readiness_fails_when_the_database_goes_away() {
     assert_eq!(health.status, StatusCode::OK);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_limits_apply_per_adapter_over_the_defaults() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = adapters_subset(&[WELL_BEHAVED, "stripe"]);
+    let mut config = config(data.path(), Some(dir.path().to_path_buf()));
+    config.default_limits.memory_bytes = Some(32 << 20);
+    config.adapter_limits.insert(
+        WELL_BEHAVED.to_string(),
+        sluice_server::config::LimitsConfig {
+            cpu_deadline_ms: Some(750),
+            ..Default::default()
+        },
+    );
+    let server = start(&config).await;
+    let http = Http::new(&server);
+
+    let list = http.list().await;
+
+    let limits = |name: &str| adapter(&list, name)["versions"][0]["limits"].clone();
+    assert_eq!(limits(WELL_BEHAVED)["cpu_deadline_ms"], 750);
+    assert_eq!(limits(WELL_BEHAVED)["memory_bytes"], 32 << 20);
+    assert_eq!(limits("stripe")["memory_bytes"], 32 << 20);
+    assert_ne!(limits("stripe")["cpu_deadline_ms"], 750);
+    // Uploads get the same per-adapter limits.
+    let v2 = with_custom_section(&adapter_bytes(WELL_BEHAVED), "sluice-test-limits");
+    let reply = http.upload(WELL_BEHAVED, v2, true).await;
+    assert_eq!(
+        reply.json["limits"]["cpu_deadline_ms"], 750,
+        "{}",
+        reply.json
+    );
+    server.shutdown().await.unwrap();
+}
