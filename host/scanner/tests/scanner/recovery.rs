@@ -1,0 +1,283 @@
+use std::time::Duration;
+
+use sluice_core::{AttemptState, EventKind, EvidenceSource, PaymentEvent};
+use sluice_scanner::{ItemOutcome, Scanner};
+use sluice_store::{ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, PendingKind, Provenance};
+
+use crate::common::{fast_policy, scanner_config, Harness, Mode, PspRoute, TestDb};
+use crate::dual_test;
+
+/// What a process killed mid-request leaves behind: the attempt recorded
+/// SUBMITTED through the door, and nothing else. With `psp_committed` the
+/// request had reached the PSP, which charged.
+async fn submitted_by_a_killed_process(h: &Harness, order_no: &str) -> PaymentAttempt {
+    let created = h
+        .orch
+        .create_payment(&h.merchant.id, h.payment(order_no, 1000, false))
+        .await
+        .expect("create payment");
+    let payment_id = created.view.details.order.id;
+    let now = h.store().now_ms();
+    let provenance = Provenance::actor("system:api");
+    let attempt = h
+        .store()
+        .create_attempt(
+            &NewAttempt {
+                payment_id: payment_id.clone(),
+                connector_account_id: h.account.id.clone(),
+                next_retry_time: Some(now),
+                ..NewAttempt::default()
+            },
+            &provenance,
+        )
+        .await
+        .expect("create attempt");
+    h.store()
+        .apply_event(&ApplyEvent {
+            target: EventTarget::Attempt(attempt.reference.clone()),
+            event: PaymentEvent {
+                attempt_reference: Some(attempt.reference.clone()),
+                raw_status: "submitted".into(),
+                ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
+            },
+            provenance,
+            inbox_id: None,
+            next_retry_time: Some(now),
+        })
+        .await
+        .expect("record submitted");
+    let attempt = h.store().get_attempt(&attempt.id).await.expect("attempt");
+    assert_eq!(attempt.state, AttemptState::Submitted);
+    attempt
+}
+
+/// An attempt whose sale the PSP committed while the host timed out.
+async fn unknown_after_commit_then_timeout(h: &Harness, order_no: &str) -> PaymentAttempt {
+    h.psp.set_mode(
+        PspRoute::Payments,
+        Mode::TimeoutAfterCommit(Duration::from_secs(3)),
+    );
+    let view = h
+        .orch
+        .create_payment(&h.merchant.id, h.payment(order_no, 1000, true))
+        .await
+        .expect("create and confirm")
+        .view;
+    h.psp.set_mode(PspRoute::Payments, Mode::Succeed);
+    let attempt = view.details.attempts[0].clone();
+    assert_eq!(attempt.state, AttemptState::Unknown);
+    assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1);
+    attempt
+}
+
+/// Sleep until the row's stored retry time has passed.
+async fn until_due(h: &Harness, attempt_id: &str) {
+    let attempt = h.store().get_attempt(attempt_id).await.unwrap();
+    let due = attempt
+        .next_retry_time
+        .expect("a pending attempt is scheduled");
+    let wait = due.saturating_sub(h.store().now_ms()).max(0) + 20;
+    tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap())).await;
+}
+
+dual_test! {
+    async fn an_attempt_left_unknown_by_a_commit_then_timeout_converges_with_exactly_one_charge(db) {
+        let h = Harness::new(db).await;
+        let attempt = unknown_after_commit_then_timeout(&h, "o-unknown").await;
+        let scanner = h.scanner(fast_policy(100));
+        until_due(&h, &attempt.id).await;
+
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.scanned, report.hits, report.queried, report.converged), (1, 1, 1, 1),
+            "{report:?}");
+        assert_eq!(report.errors, 0);
+
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Succeeded);
+        assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1, "exactly one charge");
+        assert_eq!(h.psp.requests("create_payment"), 1, "the scanner never charges again");
+        assert_eq!(h.psp.queries_for(&attempt.reference), 1);
+        let timeline = h.store().timeline(&attempt.payment_id).await.unwrap();
+        let success = timeline
+            .iter()
+            .find(|e| e.aggregate_type == "attempt" && e.to_state == "SUCCEEDED")
+            .expect("the success is in the history");
+        assert_eq!(success.actor.as_deref(), Some("system:scanner"));
+        assert_eq!(success.evidence_source, "query");
+    }
+}
+
+dual_test! {
+    async fn an_attempt_left_submitted_by_a_killed_process_is_rediscovered_from_the_database_alone(db) {
+        let h = Harness::new(db).await;
+        let attempt = submitted_by_a_killed_process(&h, "o-killed").await;
+        // The request reached the PSP before the process died.
+        h.psp.seed_payment(&attempt.reference, 1000, "EUR", "succeeded");
+
+        // A fresh instance: its own pool, runtime and orchestrator; it knows
+        // only what the database holds.
+        let restarted = h.another_instance().await;
+        let scanner = Scanner::new(restarted, scanner_config(fast_policy(100))).unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.scanned, report.queried, report.converged), (1, 1, 1), "{report:?}");
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Succeeded);
+        assert_eq!(h.psp.requests("create_payment"), 0, "recovery only queries");
+        assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1, "exactly one charge");
+        assert_eq!(h.psp.queries_for(&attempt.reference), 1);
+
+        // Terminal rows are out of the pending set: the next round finds nothing.
+        let again = scanner.scan_once().await.unwrap();
+        assert_eq!(again.scanned, 0, "{again:?}");
+    }
+}
+
+dual_test! {
+    async fn a_still_unknown_attempt_is_rescheduled_into_the_future_and_not_rescanned_at_once(db) {
+        let h = Harness::new(db).await;
+        let attempt = unknown_after_commit_then_timeout(&h, "o-backoff").await;
+        // The PSP cannot answer queries for now.
+        h.psp.set_mode(PspRoute::Queries, Mode::ServerError);
+        let scanner = h.scanner(fast_policy(2_000));
+        until_due(&h, &attempt.id).await;
+
+        // Due by its stored time, but the policy waits half a base backoff
+        // after the last call: the first rounds only move it on.
+        let mut queried = None;
+        for _ in 0..100 {
+            let report = scanner.scan_once().await.unwrap();
+            assert_eq!(report.errors, 0, "{report:?}");
+            if report.queried > 0 {
+                queried = Some(report);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let report = queried.expect("the scanner queried within 5 s");
+        assert_eq!((report.queried, report.converged), (1, 0), "{report:?}");
+        assert_eq!(h.psp.queries_for(&attempt.reference), 1);
+
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Unknown, "an unanswered query changes nothing");
+        assert_eq!(after.retry_count, attempt.retry_count + 1);
+        let next = after.next_retry_time.expect("still scheduled");
+        let now = h.store().now_ms();
+        assert!(next >= now + 1_000, "rescheduled at least half a backoff ahead: {next} vs {now}");
+
+        let again = scanner.scan_once().await.unwrap();
+        assert_eq!((again.scanned, again.queried), (0, 0), "{again:?}");
+        assert_eq!(h.psp.queries_for(&attempt.reference), 1, "not rescanned at once");
+        assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1);
+    }
+}
+
+dual_test! {
+    async fn a_stale_scanner_pass_after_a_terminal_state_does_nothing(db) {
+        let h = Harness::new(db).await;
+        let attempt = unknown_after_commit_then_timeout(&h, "o-stale").await;
+        let scanner = h.scanner(fast_policy(100));
+        until_due(&h, &attempt.id).await;
+        // Someone else (a webhook, the API) settles it first.
+        h.orch
+            .advance(sluice_orchestrator::Target::Attempt(attempt.id.clone()), sluice_orchestrator::Trigger::Operator)
+            .await
+            .unwrap();
+        let settled = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(settled.state, AttemptState::Succeeded);
+        let queries = h.psp.queries_for(&attempt.reference);
+        let timeline = h.store().timeline(&attempt.payment_id).await.unwrap();
+        let payment = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+
+        // A scanner that read the row before it settled still works it by id.
+        let outcome = scanner.recover_one(PendingKind::Attempt, &attempt.id).await.unwrap();
+        assert_eq!(outcome, ItemOutcome::Stale);
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!(report.scanned, 0, "{report:?}");
+
+        assert_eq!(h.psp.queries_for(&attempt.reference), queries, "nobody was asked");
+        assert_eq!(h.store().timeline(&attempt.payment_id).await.unwrap(), timeline);
+        let after = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert_eq!(after.version, payment.version);
+        assert_eq!(h.store().get_attempt(&attempt.id).await.unwrap(), settled);
+    }
+}
+
+dual_test! {
+    async fn the_round_budget_bounds_psp_contacts_and_leaves_the_rest_due_for_the_next_round(db) {
+        let h = Harness::new(db).await;
+        let mut attempts = Vec::new();
+        for n in 0..5 {
+            let attempt = submitted_by_a_killed_process(&h, &format!("o-budget-{n}")).await;
+            h.psp.seed_payment(&attempt.reference, 1000, "EUR", "succeeded");
+            attempts.push(attempt);
+        }
+        let mut config = scanner_config(fast_policy(100));
+        config.round_budget = 2;
+        let scanner = Scanner::new(h.orch.clone(), config).unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+
+        // A page of three: two contact the PSP, the third stays due, and the
+        // round stops reading once its budget is spent.
+        let first = scanner.scan_once().await.unwrap();
+        assert_eq!((first.scanned, first.queried, first.converged, first.skipped_budget),
+            (3, 2, 2, 1), "{first:?}");
+        // The next round restarts from the beginning and finds the rest.
+        let second = scanner.scan_once().await.unwrap();
+        assert_eq!((second.scanned, second.queried, second.skipped_budget), (3, 2, 1), "{second:?}");
+        let third = scanner.scan_once().await.unwrap();
+        assert_eq!((third.scanned, third.queried, third.skipped_budget), (1, 1, 0), "{third:?}");
+        for attempt in &attempts {
+            let after = h.store().get_attempt(&attempt.id).await.unwrap();
+            assert_eq!(after.state, AttemptState::Succeeded);
+            assert_eq!(h.psp.queries_for(&attempt.reference), 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_scanners_on_postgres_never_query_the_same_attempt_at_the_same_moment() {
+    let h = Harness::new(TestDb::postgres().await).await;
+    let mut attempts = Vec::new();
+    for n in 0..12 {
+        let attempt = submitted_by_a_killed_process(&h, &format!("o-two-{n}")).await;
+        h.psp
+            .seed_payment(&attempt.reference, 1000, "EUR", "succeeded");
+        attempts.push(attempt);
+    }
+    // Slow answers widen the window in which two instances could collide.
+    h.psp
+        .set_mode(PspRoute::Queries, Mode::Slow(Duration::from_millis(150)));
+    let policy = fast_policy(100);
+    let one = h.scanner(policy);
+    let two = Scanner::new(h.another_instance().await, scanner_config(policy)).unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+
+    let (a, b) = tokio::join!(one.scan_once(), two.scan_once());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.errors + b.errors, 0, "{a:?} {b:?}");
+    assert_eq!(
+        a.queried + b.queried,
+        12,
+        "every attempt queried once in all: {a:?} {b:?}"
+    );
+    assert_eq!(
+        h.psp.overlapping_queries(),
+        0,
+        "never two queries of one attempt at once"
+    );
+    for attempt in &attempts {
+        assert_eq!(
+            h.psp.queries_for(&attempt.reference),
+            1,
+            "{}",
+            attempt.reference
+        );
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Succeeded);
+    }
+    assert_eq!(h.psp.requests("create_payment"), 0);
+    // Both saw the same pending set; the one that lost a row stood back.
+    assert!(a.scanned > 0 && b.scanned > 0, "{a:?} {b:?}");
+}
