@@ -7,6 +7,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use sluice_orchestrator::OrchestratorError;
 use sluice_store::StoreError;
 use utoipa::ToSchema;
 
@@ -257,6 +258,53 @@ pub fn store_error(error: StoreError) -> ApiError {
             tracing::error!(error = %other, "store error");
             ApiError::internal("an internal error occurred; it has been logged")
         }
+    }
+}
+
+impl From<OrchestratorError> for ApiError {
+    fn from(error: OrchestratorError) -> Self {
+        orchestrator_error(error)
+    }
+}
+
+/// How an orchestrator refusal or failure is shown. The same codes and
+/// messages as [`store_error`] for the same condition, so a client sees one
+/// vocabulary whichever layer noticed.
+pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        OrchestratorError::NotFound { entity, id } => {
+            ApiError::not_found("resource_missing", format!("no such {entity}: {id}"))
+        }
+        OrchestratorError::Conflict(_) => ApiError::conflict("conflict", message),
+        OrchestratorError::AttemptInFlight { .. } => {
+            ApiError::conflict("attempt_in_flight", message)
+        }
+        OrchestratorError::InvalidState(_) => ApiError::conflict("payment_state_invalid", message),
+        OrchestratorError::InsufficientRefundable { .. } => {
+            ApiError::bad_request("amount_exceeds_refundable", message).with_param("amount")
+        }
+        OrchestratorError::InsufficientCapturable { .. } => {
+            ApiError::bad_request("amount_exceeds_capturable", message).with_param("amount")
+        }
+        OrchestratorError::InvalidRequest(_) => ApiError::bad_request("invalid_request", message),
+        OrchestratorError::NoRoute(_) => ApiError::bad_request("no_route", message),
+        OrchestratorError::Busy(_) => ApiError::conflict(
+            "lock_timeout",
+            "the payment is being changed by another request; retry shortly",
+        ),
+        OrchestratorError::AdapterNotLoaded(_) => {
+            tracing::error!(error = %message, "adapter not loaded");
+            ApiError::unavailable("adapter_unavailable", message)
+        }
+        OrchestratorError::Adapter(_) => {
+            tracing::error!(error = %message, "adapter call failed");
+            ApiError::unavailable(
+                "adapter_unavailable",
+                "the PSP adapter failed for this call; retry later",
+            )
+        }
+        OrchestratorError::Store(store) => store_error(store),
     }
 }
 

@@ -17,9 +17,11 @@ pub mod extract;
 pub mod idempotency;
 pub mod limits;
 pub mod openapi;
+pub mod operations;
 pub mod payments;
 pub mod requests;
 pub mod views;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::Route;
 use axum::Router;
+use sluice_orchestrator::Orchestrator;
 use sluice_store::{ApiKeyPepper, ConnectorAccount, Store, StoreError};
 use tower::{Layer, Service};
 use tracing::Instrument;
@@ -37,7 +40,7 @@ use utoipa_axum::routes;
 
 use crate::auth::AuthedMerchant;
 use crate::error::ApiError;
-use crate::limits::{RateLimit, WebhookMetrics};
+use crate::limits::{KeyedRateLimiter, RateLimit, WebhookMetrics};
 use crate::requests::RoutingHint;
 
 /// Largest request body of a `/v1` or `/admin` endpoint.
@@ -71,20 +74,29 @@ impl Default for ApiConfig {
 #[derive(Clone)]
 pub struct MerchantApiState {
     pub store: Store,
+    pub orchestrator: Orchestrator,
     pub pepper: ApiKeyPepper,
     pub config: Arc<ApiConfig>,
     webhook_metrics: Arc<WebhookMetrics>,
+    webhook_limiter: Arc<KeyedRateLimiter>,
 }
 
 impl MerchantApiState {
-    pub fn new(store: Store, pepper: ApiKeyPepper) -> Self {
-        Self::with_config(store, pepper, ApiConfig::default())
+    /// The API over the orchestrator's store.
+    pub fn new(orchestrator: Orchestrator, pepper: ApiKeyPepper) -> Self {
+        Self::with_config(orchestrator, pepper, ApiConfig::default())
     }
 
-    pub fn with_config(store: Store, pepper: ApiKeyPepper, config: ApiConfig) -> Self {
+    pub fn with_config(
+        orchestrator: Orchestrator,
+        pepper: ApiKeyPepper,
+        config: ApiConfig,
+    ) -> Self {
         MerchantApiState {
-            store,
+            store: orchestrator.store().clone(),
+            orchestrator,
             pepper,
+            webhook_limiter: Arc::new(KeyedRateLimiter::new(config.webhook_rate_limit)),
             config: Arc::new(config),
             webhook_metrics: Arc::new(WebhookMetrics::default()),
         }
@@ -95,68 +107,86 @@ impl MerchantApiState {
         &self.webhook_metrics
     }
 
-    /// The connector account a payment goes through: the one named, or the
-    /// merchant's active account of the hinted adapter.
+    pub(crate) fn webhook_limiter(&self) -> &KeyedRateLimiter {
+        &self.webhook_limiter
+    }
+
+    /// The connector account a payment goes through: the one named; else the
+    /// merchant's only active account of the hinted adapter; else, when an
+    /// account is `required` (a confirm), the merchant's only active account.
+    /// Resolved here, before anything is written, and handed to the
+    /// orchestrator by id, so what was validated is what is used.
     pub(crate) async fn route(
         &self,
         merchant: &AuthedMerchant,
         connector_account: Option<&str>,
         routing: Option<&RoutingHint>,
+        required: bool,
     ) -> Result<Option<ConnectorAccount>, ApiError> {
         if let Some(id) = connector_account {
-            let missing = || {
-                ApiError::not_found("resource_missing", "no such connector account")
-                    .with_param("connector_account")
-                    .before_execution()
-            };
-            if !requests::looks_like_id(id) {
-                return Err(missing());
-            }
-            let account = match self
-                .store
-                .get_connector_account(id, Some(&merchant.merchant_id))
-                .await
-            {
-                Ok(account) => account,
-                Err(StoreError::NotFound { .. }) => return Err(missing()),
-                Err(e) => return Err(e.into()),
-            };
-            if account.status != "active" {
-                return Err(ApiError::invalid(
-                    "connector_account_disabled",
-                    "connector_account",
-                    format!("connector account {} is disabled", account.id),
-                ));
-            }
-            return Ok(Some(account));
+            return self.named_account(merchant, id).await.map(Some);
         }
-        let Some(hint) = routing else { return Ok(None) };
-        let accounts = self
+        if routing.is_none() && !required {
+            return Ok(None);
+        }
+        let param = if routing.is_some() {
+            "routing.adapter"
+        } else {
+            "connector_account"
+        };
+        let candidates: Vec<ConnectorAccount> = self
             .store
             .list_connector_accounts(&merchant.merchant_id)
-            .await?;
-        accounts
+            .await?
             .into_iter()
-            .find(|a| a.adapter == hint.adapter && a.status == "active")
-            .map(Some)
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "no_route",
-                    "routing.adapter",
-                    "no active connector account of this adapter",
-                )
-            })
+            .filter(|a| a.status == "active")
+            .filter(|a| routing.is_none_or(|hint| a.adapter == hint.adapter))
+            .collect();
+        match <[ConnectorAccount; 1]>::try_from(candidates) {
+            Ok([one]) => Ok(Some(one)),
+            Err(candidates) if candidates.is_empty() => Err(ApiError::invalid(
+                "no_route",
+                param,
+                "no active connector account can serve this payment",
+            )),
+            Err(_) => Err(ApiError::invalid(
+                "route_ambiguous",
+                param,
+                "several active connector accounts match; name one with connector_account",
+            )),
+        }
     }
 
-    /// PSP operations need the orchestrator, which this build does not have yet.
-    pub(crate) fn require_orchestrator(&self, operation: &str) -> Result<(), ApiError> {
-        Err(ApiError::new(
-            axum::http::StatusCode::NOT_IMPLEMENTED,
-            error::ErrorType::ApiError,
-            "not_implemented",
-            format!("{operation} is not available in this build"),
-        )
-        .before_execution())
+    async fn named_account(
+        &self,
+        merchant: &AuthedMerchant,
+        id: &str,
+    ) -> Result<ConnectorAccount, ApiError> {
+        let missing = || {
+            ApiError::not_found("resource_missing", "no such connector account")
+                .with_param("connector_account")
+                .before_execution()
+        };
+        if !requests::looks_like_id(id) {
+            return Err(missing());
+        }
+        let account = match self
+            .store
+            .get_connector_account(id, Some(&merchant.merchant_id))
+            .await
+        {
+            Ok(account) => account,
+            Err(StoreError::NotFound { .. }) => return Err(missing()),
+            Err(e) => return Err(e.into()),
+        };
+        if account.status != "active" {
+            return Err(ApiError::invalid(
+                "connector_account_disabled",
+                "connector_account",
+                format!("connector account {} is disabled", account.id),
+            ));
+        }
+        Ok(account)
     }
 }
 
@@ -167,6 +197,10 @@ fn v1_handlers() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(payments::get_payment))
         .routes(routes!(payments::timeline))
         .routes(routes!(payments::get_refund))
+        .routes(routes!(operations::confirm))
+        .routes(routes!(operations::capture))
+        .routes(routes!(operations::void))
+        .routes(routes!(operations::refund))
 }
 
 /// The handlers behind their layers (see the crate doc for the order).
@@ -182,6 +216,18 @@ fn v1_routes(state: &MerchantApiState) -> OpenApiRouter<MerchantApiState> {
         ))
         .route_layer(middleware::from_fn(request_span))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+fn webhook_handlers() -> OpenApiRouter<MerchantApiState> {
+    OpenApiRouter::new().routes(routes!(webhooks::receive))
+}
+
+/// No authentication (the adapter verifies the PSP's signature), a body
+/// limit of its own and a span without any header or body.
+fn webhook_routes() -> OpenApiRouter<MerchantApiState> {
+    webhook_handlers()
+        .route_layer(middleware::from_fn(request_span))
+        .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY_BYTES))
 }
 
 fn admin_routes() -> OpenApiRouter<MerchantApiState> {
@@ -201,6 +247,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, doc) = OpenApiRouter::<MerchantApiState>::with_openapi(openapi::base())
         .merge(v1_handlers())
+        .merge(webhook_handlers())
         .merge(admin_routes())
         .split_for_parts();
     doc
@@ -211,9 +258,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// Sets no fallback, so it merges into the server's router.
 pub fn router(state: MerchantApiState) -> Router {
     let (v1, _) = v1_routes(&state).split_for_parts();
+    let (webhooks, _) = webhook_routes().split_for_parts();
     let spec = openapi::served_json();
     Router::new()
         .merge(v1)
+        .merge(webhooks)
         .route(
             "/openapi.json",
             axum::routing::get(move || {

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use sluice_core::OrderState;
+use sluice_orchestrator::ConfirmOptions;
 use sluice_store::{NewPayment, PaymentFilter, PaymentOrder, Provenance, StoreError};
 
 use crate::auth::AuthedMerchant;
@@ -169,31 +170,46 @@ pub async fn create_payment(
     ApiJson(body): ApiJson<CreatePaymentRequest>,
 ) -> Result<Response, ApiError> {
     let valid = validate_create(&merchant, &body, state.store.now_ms())?;
+    let confirm = body.confirm == Some(true);
     let account = state
         .route(
             &merchant,
             body.connector_account.as_deref(),
             body.routing.as_ref(),
+            confirm,
         )
         .await?;
-    if body.confirm == Some(true) {
-        state.require_orchestrator("confirm")?;
-    }
     let (order, created) = create_or_existing(&state, &merchant, &valid.new).await?;
     record_payment_id(&order.id);
     if created {
         tracing::info!(payment_id = %order.id, merchant = %merchant.merchant_id, "payment created");
     }
-    let _ = account;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let details = state
-        .store
-        .payment_details(Some(&merchant.merchant_id), &order.id)
-        .await?;
+    let details = match account.filter(|_| confirm) {
+        // A repeated create confirms only a payment that was never confirmed.
+        Some(account) if state.store.list_attempts(&order.id).await?.is_empty() => {
+            let options = ConfirmOptions {
+                connector_account_id: Some(account.id),
+                adapter_hint: None,
+                payment_method_token: None,
+            };
+            state
+                .orchestrator
+                .confirm(&merchant.merchant_id, &order.id, &options)
+                .await?
+                .details
+        }
+        _ => {
+            state
+                .store
+                .payment_details(Some(&merchant.merchant_id), &order.id)
+                .await?
+        }
+    };
     Ok(json(
         status,
         &PaymentResource::from_details(&details, state.store.now_ms()),

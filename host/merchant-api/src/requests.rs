@@ -42,7 +42,7 @@ impl From<CaptureModeParam> for CaptureMode {
     }
 }
 
-/// Pick the merchant's active connector account of this adapter.
+/// Pick the merchant's only active connector account of this adapter.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingHint {
@@ -83,9 +83,10 @@ pub struct CreatePaymentRequest {
     pub merchant_order_no: String,
     /// Default `automatic`.
     pub capture_mode: Option<CaptureModeParam>,
-    /// The connector account (id) to pay through.
+    /// The connector account (id) to pay through (used with `confirm`;
+    /// validated, not stored, without it: name it again on confirm).
     pub connector_account: Option<String>,
-    /// Or: route to the merchant's active account of this adapter.
+    /// Or: route to the merchant's only active account of this adapter.
     pub routing: Option<RoutingHint>,
     /// An opaque payment method token for the PSP.
     pub payment_method: Option<String>,
@@ -101,9 +102,13 @@ pub struct CreatePaymentRequest {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmPaymentRequest {
-    /// Overrides the connector account chosen at creation.
+    /// The connector account (id) to pay through. Default: the merchant's
+    /// only active account (of the `routing` adapter, when given).
     pub connector_account: Option<String>,
-    /// Overrides the payment method token given at creation.
+    /// Or: route to the merchant's only active account of this adapter.
+    pub routing: Option<RoutingHint>,
+    /// New payment details for this attempt (e.g. after a decline); the
+    /// payment's own token otherwise.
     pub payment_method: Option<String>,
 }
 

@@ -1,5 +1,6 @@
 //! Merchant administration: keys shown once, secrets never returned.
 
+use crate::common::{API_KEY, WEBHOOK_SECRET};
 use serde_json::json;
 
 dual_test! {
@@ -21,13 +22,14 @@ dual_test! {
         assert_eq!(keys.json()["data"][0]["id"], m.key_id.as_str());
 
         let accounts = gw.admin_get(&format!("/admin/merchants/{}/connector_accounts", m.id)).await.expect(200);
-        assert!(!accounts.text().contains("do_not_leak"), "{}", accounts.text());
+        assert!(!accounts.text().contains(API_KEY), "{}", accounts.text());
+        assert!(!accounts.text().contains(WEBHOOK_SECRET), "{}", accounts.text());
         let account = &accounts.json()["data"][0];
         assert_eq!(account["adapter"], "test-well-behaved");
-        assert_eq!(account["config"]["base_url"], "http://127.0.0.1:9");
+        assert_eq!(account["config"]["base_url"], gw.psp.base_url());
         assert_eq!(account["webhook_path"], format!("/webhooks/test-well-behaved/{}", m.account));
         let credentials = gw.store().connector_credentials(&m.account).await.unwrap();
-        assert_eq!(credentials.secrets["api_key"], "sk_test_do_not_leak", "secrets are stored");
+        assert_eq!(credentials.secrets["api_key"], API_KEY, "secrets are stored");
 
         let duplicate = gw
             .admin_post(

@@ -9,4 +9,6 @@ mod auth;
 mod bad_input;
 mod idempotency;
 mod openapi;
+mod operations;
 mod payments;
+mod webhooks;

@@ -1,8 +1,15 @@
 //! Test harness: the merchant API served on 127.0.0.1:0 over a real store,
 //! once on SQLite (a temp file) and once on PostgreSQL (a fresh database per
-//! test). PostgreSQL being unreachable is a failure, never a skip.
+//! test; unreachable is a failure, never a skip), with the real orchestrator,
+//! the real compiled `test-well-behaved` adapter and a fake PSP over HTTP.
+#![allow(dead_code)]
 
-use std::sync::Arc;
+pub mod fake_psp;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -10,10 +17,17 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
+use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig};
 use sluice_merchant_api::{admin_router, router, ApiConfig, MerchantApiState};
+use sluice_orchestrator::{InboxConfig, Orchestrator, OrchestratorConfig, ReqwestTransport};
 pub use sluice_store::Clock as _;
-use sluice_store::{ApiKeyPepper, Backend, Clock, ManualClock, Store, StoreOptions, SystemClock};
+use sluice_store::{ApiKeyPepper, Backend, Clock, Store, StoreOptions, SystemClock};
 use sqlx::Connection;
+
+pub use fake_psp::{FakePsp, Mode, Route as PspRoute, API_KEY};
+
+pub const ADAPTER: &str = "test-well-behaved";
+pub const WEBHOOK_SECRET: &str = "whsec_do_not_leak";
 
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
@@ -44,11 +58,28 @@ macro_rules! dual_test {
     };
 }
 
+/// Wall-clock time that a test can also jump forward (leases, key expiry),
+/// so time-driven code keeps running normally in between.
+#[derive(Debug, Clone, Default)]
+pub struct SkewClock(Arc<AtomicI64>);
+
+impl SkewClock {
+    pub fn advance(&self, by_ms: i64) {
+        self.0.fetch_add(by_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SkewClock {
+    fn now_ms(&self) -> i64 {
+        SystemClock.now_ms() + self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// A migrated store on a throwaway database, dropped afterwards.
 pub struct TestDb {
     pub store: Store,
     pub backend: Backend,
-    pub clock: ManualClock,
+    pub clock: SkewClock,
     _sqlite_dir: Option<tempfile::TempDir>,
     pg: Option<(String, String)>,
 }
@@ -57,7 +88,7 @@ impl TestDb {
     pub async fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}/sluice.db", dir.path().display());
-        let clock = ManualClock::new(SystemClock.now_ms());
+        let clock = SkewClock::default();
         let store = Store::connect_with(&url, options(&clock))
             .await
             .expect("open SQLite store");
@@ -90,7 +121,7 @@ impl TestDb {
             .expect("create test database");
         admin.close().await.ok();
         let url = database_url(&admin_url, &name);
-        let clock = ManualClock::new(SystemClock.now_ms());
+        let clock = SkewClock::default();
         let store = Store::connect_with(&url, options(&clock))
             .await
             .expect("open PostgreSQL store");
@@ -129,9 +160,10 @@ impl Drop for TestDb {
     }
 }
 
-fn options(clock: &ManualClock) -> StoreOptions {
+fn options(clock: &SkewClock) -> StoreOptions {
     StoreOptions {
         clock: Arc::new(clock.clone()),
+        first_query_delay: Duration::from_millis(200),
         ..StoreOptions::default()
     }
 }
@@ -154,6 +186,8 @@ fn database_url(admin_url: &str, name: &str) -> String {
 /// The API served on an ephemeral local port.
 pub struct Gateway {
     pub db: TestDb,
+    pub psp: FakePsp,
+    pub orch: Orchestrator,
     pub state: MerchantApiState,
     pub base: String,
     pub http: reqwest::Client,
@@ -185,13 +219,96 @@ pub fn pepper() -> ApiKeyPepper {
     ApiKeyPepper::new(b"merchant-api-test-pepper-32-bytes".to_vec()).expect("pepper")
 }
 
+/// Directory holding `<adapter>.wasm`: `SLUICE_TEST_ADAPTERS_DIR`, else the
+/// workspace's `target/adapters` (where `cargo xtask build-adapters` puts them).
+pub fn adapters_dir() -> PathBuf {
+    std::env::var_os("SLUICE_TEST_ADAPTERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/adapters"))
+}
+
+fn adapter_bytes(name: &str) -> Vec<u8> {
+    let path = adapters_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read the compiled adapter {} ({e}). Build the adapters first: \
+             `cargo xtask build-adapters` (or set SLUICE_TEST_ADAPTERS_DIR)",
+            path.display()
+        )
+    })
+}
+
+/// One compile cache per test binary, so the component compiles once.
+fn cache_dir() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("compile cache dir"))
+        .path()
+        .to_path_buf()
+}
+
+fn runtime() -> AdapterRuntime {
+    let runtime = AdapterRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        max_concurrent_instances: 16,
+        ..RuntimeConfig::default()
+    })
+    .expect("adapter runtime");
+    runtime
+        .load(ADAPTER, &adapter_bytes(ADAPTER), None, true)
+        .unwrap_or_else(|e| panic!("loading {ADAPTER}: {e:?}"));
+    runtime
+}
+
+/// Budgets small enough for tests, large enough for 2 shared cores.
+pub fn orchestrator_config() -> OrchestratorConfig {
+    OrchestratorConfig {
+        sync_wait: Duration::from_secs(3),
+        psp_timeout: Duration::from_millis(800),
+        in_flight_grace: Duration::from_millis(100),
+        inbox: InboxConfig {
+            max_tries: 3,
+            retry_base: Duration::ZERO,
+            retry_cap: Duration::ZERO,
+            idle_poll: Duration::from_millis(20),
+            ..InboxConfig::default()
+        },
+        ..OrchestratorConfig::default()
+    }
+}
+
+fn init_tracing() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}
+
 impl Gateway {
     pub async fn start(db: TestDb) -> Gateway {
         Gateway::start_with(db, ApiConfig::default()).await
     }
 
     pub async fn start_with(db: TestDb, config: ApiConfig) -> Gateway {
-        let state = MerchantApiState::with_config(db.store.clone(), pepper(), config);
+        init_tracing();
+        let psp = FakePsp::start().await;
+        let runtime = tokio::task::spawn_blocking(runtime)
+            .await
+            .expect("runtime task");
+        let transport = Arc::new(ReqwestTransport::new().expect("transport"));
+        let orch = Orchestrator::new(
+            db.store.clone(),
+            runtime,
+            transport,
+            Arc::new(db.clock.clone()),
+            orchestrator_config(),
+        );
+        let state = MerchantApiState::with_config(orch.clone(), pepper(), config);
         let app = router(state.clone()).merge(admin_router(
             state.clone(),
             middleware::from_fn(test_admin_auth),
@@ -205,6 +322,8 @@ impl Gateway {
         });
         Gateway {
             db,
+            psp,
+            orch,
             state,
             base: format!("http://{addr}"),
             http: reqwest::Client::new(),
@@ -296,7 +415,7 @@ impl Gateway {
     }
 
     /// A merchant created through the admin API, with an API key and one
-    /// connector account on adapter `test-well-behaved`.
+    /// connector account on adapter `test-well-behaved` at the fake PSP.
     pub async fn merchant(&self, name: &str) -> TestMerchant {
         let merchant = self
             .admin_post("/admin/merchants", &json!({"name": name}))
@@ -319,8 +438,8 @@ impl Gateway {
                 &json!({
                     "adapter": "test-well-behaved",
                     "label": "main",
-                    "config": {"base_url": "http://127.0.0.1:9"},
-                    "secrets": {"api_key": "sk_test_do_not_leak", "webhook_secret": "whsec_do_not_leak"}
+                    "config": {"base_url": self.psp.base_url()},
+                    "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}
                 }),
             )
             .await
@@ -344,6 +463,63 @@ impl Gateway {
             .await
             .expect("count");
         row.try_get::<i64, _>(0).expect("count value")
+    }
+}
+
+/// `X-Test-Signature: t=<unix>,v1=<hex hmac>` over `"{t}.{body}"`, the
+/// `test-well-behaved` adapter's scheme.
+pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes()).expect("key");
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(body);
+    format!(
+        "t={timestamp},v1={}",
+        hex::encode(mac.finalize().into_bytes())
+    )
+}
+
+impl Gateway {
+    /// POST a webhook to `/webhooks/{adapter}/{account}` with this signature header.
+    pub async fn webhook_signed(
+        &self,
+        adapter: &str,
+        account: &str,
+        signature: &str,
+        body: &[u8],
+    ) -> Reply {
+        self.send(
+            self.http
+                .post(self.url(&format!("/webhooks/{adapter}/{account}")))
+                .header(CONTENT_TYPE, "application/json")
+                .header("X-Test-Signature", signature)
+                .body(body.to_vec()),
+        )
+        .await
+    }
+
+    /// A correctly signed `test-well-behaved` webhook for `account`.
+    pub async fn webhook(&self, account: &str, body: &Value) -> Reply {
+        let bytes = serde_json::to_vec(body).expect("webhook body");
+        let signature = sign(WEBHOOK_SECRET, SystemClock.now_ms() / 1000, &bytes);
+        self.webhook_signed(ADAPTER, account, &signature, &bytes)
+            .await
+    }
+}
+
+/// Poll `check` until it returns Some, or fail after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

@@ -1,0 +1,205 @@
+//! `POST /webhooks/{adapter}/{connector_account}`: the PSP's door in.
+//!
+//! Body limit (router layer) → per-account rate limit → the orchestrator:
+//! the adapter verifies the request with that account's secrets, and every
+//! verified event is durably in the inbox before `ingest_webhook` returns
+//! `Accepted`; only then does the PSP get the adapter's ack, byte for byte.
+//! A redelivery gets the same ack and is applied once (inbox dedupe). A
+//! refusal is 401 (signature, timestamp) or 400 (malformed, unsupported),
+//! changes nothing, is counted, and is logged by kind only: never a header,
+//! the body or a signature.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use sluice_adapter_runtime::{Header, HttpResponse, WebhookRequest};
+use sluice_orchestrator::{RejectionKind, WebhookOutcome};
+
+use crate::admin::valid_adapter_name;
+use crate::error::{ApiError, ErrorBody, ErrorType};
+use crate::extract::{bytes_rejection, ApiPath};
+use crate::limits::WebhookMetrics;
+use crate::requests::looks_like_id;
+use crate::MerchantApiState;
+
+/// Receive a PSP webhook.
+#[utoipa::path(
+    post, path = "/webhooks/{adapter}/{connector_account}", tag = "webhooks",
+    params(
+        ("adapter" = String, Path, description = "The adapter's name"),
+        ("connector_account" = String, Path, description = "The connector account id"),
+    ),
+    request_body(content = String, description = "The PSP's raw notification; verified by the adapter with the account's webhook secret", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "Verified and durably recorded: the adapter's acknowledgement, exactly as the PSP expects it (status, headers and body are the adapter's)"),
+        (status = 400, description = "Malformed or unsupported; nothing changed", body = ErrorBody),
+        (status = 401, description = "Bad signature or stale timestamp; nothing changed", body = ErrorBody),
+        (status = 404, description = "No such adapter or connector account", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 429, description = "Too many webhooks for this account; retry after Retry-After", body = ErrorBody),
+        (status = 503, description = "Not recorded (adapter or store unavailable); the PSP should deliver again", body = ErrorBody),
+    )
+)]
+pub async fn receive(
+    State(state): State<MerchantApiState>,
+    ApiPath((adapter, account)): ApiPath<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let metrics = state.webhook_metrics();
+    if !valid_adapter_name(&adapter) || !looks_like_id(&account) {
+        WebhookMetrics::bump(&metrics.not_found);
+        return not_found();
+    }
+    let limit_key = format!("{adapter}/{account}");
+    if let Err(wait) = state.webhook_limiter().check(&limit_key, Instant::now()) {
+        WebhookMetrics::bump(&metrics.rate_limited);
+        tracing::warn!(adapter = %adapter, connector_account = %account, "webhook rate limited");
+        return ApiError::rate_limited(
+            "too many webhooks for this connector account",
+            wait.as_secs().max(1),
+        )
+        .into_response();
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return bytes_rejection(rejection).into_response(),
+    };
+    let request = WebhookRequest {
+        method: method.to_string(),
+        path: uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| uri.path().to_owned()),
+        headers: wit_headers(&headers),
+        body: body.to_vec(),
+    };
+    let outcome = state
+        .orchestrator
+        .ingest_webhook(&adapter, &account, request)
+        .await;
+    match outcome {
+        Ok(WebhookOutcome::Accepted { ack, receipts }) => {
+            let duplicate = !receipts.is_empty() && receipts.iter().all(|r| r.duplicate);
+            WebhookMetrics::bump(if duplicate {
+                &metrics.duplicates
+            } else {
+                &metrics.accepted
+            });
+            tracing::info!(adapter = %adapter, connector_account = %account,
+                events = receipts.len(), duplicate, "webhook accepted");
+            ack_response(ack)
+        }
+        Ok(WebhookOutcome::Rejected { kind, .. }) => {
+            WebhookMetrics::bump(rejection_counter(metrics, kind));
+            tracing::warn!(adapter = %adapter, connector_account = %account,
+                reason = kind.as_str(), "webhook refused");
+            rejected(kind)
+        }
+        Ok(WebhookOutcome::NotFound) => {
+            WebhookMetrics::bump(&metrics.not_found);
+            not_found()
+        }
+        Err(error) => {
+            WebhookMetrics::bump(&metrics.errors);
+            tracing::error!(adapter = %adapter, connector_account = %account, error = %error,
+                "webhook not recorded");
+            // Never a 2xx here: the PSP must deliver again.
+            ApiError::unavailable(
+                "webhook_not_recorded",
+                "the webhook could not be recorded; deliver it again later",
+            )
+            .into_response()
+        }
+    }
+}
+
+fn not_found() -> Response {
+    ApiError::not_found("resource_missing", "no such adapter or connector account").into_response()
+}
+
+fn rejection_counter(
+    metrics: &WebhookMetrics,
+    kind: RejectionKind,
+) -> &std::sync::atomic::AtomicU64 {
+    match kind {
+        RejectionKind::BadSignature => &metrics.rejected_bad_signature,
+        RejectionKind::StaleTimestamp => &metrics.rejected_stale_timestamp,
+        RejectionKind::Malformed => &metrics.rejected_malformed,
+        RejectionKind::Unsupported => &metrics.rejected_unsupported,
+    }
+}
+
+/// The refusal says which check failed, not how: no detail that helps a forger.
+fn rejected(kind: RejectionKind) -> Response {
+    let status = StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let error_type = if status == StatusCode::UNAUTHORIZED {
+        ErrorType::AuthenticationError
+    } else {
+        ErrorType::InvalidRequestError
+    };
+    let mut error = ApiError::new(
+        status,
+        error_type,
+        format!("webhook_{}", kind.as_str()),
+        format!(
+            "the webhook was refused: {}",
+            kind.as_str().replace('_', " ")
+        ),
+    );
+    // A PSP is not a Bearer client: no WWW-Authenticate challenge.
+    error.before_execution = true;
+    let mut response = error.into_response();
+    response
+        .headers_mut()
+        .remove(axum::http::header::WWW_AUTHENTICATE);
+    response
+}
+
+/// Every header as the adapter contract carries them; a value that is not
+/// UTF-8 cannot be part of a signature scheme we verify, so it is dropped.
+fn wit_headers(headers: &HeaderMap) -> Vec<Header> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            value.to_str().ok().map(|value| Header {
+                name: name.as_str().to_owned(),
+                value: value.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The adapter's ack exactly: status, headers, body. A header the adapter
+/// got wrong is dropped and logged (the events are already recorded, so the
+/// PSP must still get its 2xx).
+fn ack_response(ack: HttpResponse) -> Response {
+    let status = StatusCode::from_u16(ack.status).unwrap_or_else(|_| {
+        tracing::error!(
+            status = ack.status,
+            "adapter ack has an invalid status; sending 200"
+        );
+        StatusCode::OK
+    });
+    let mut response = (status, ack.body).into_response();
+    let out = response.headers_mut();
+    out.remove(axum::http::header::CONTENT_TYPE);
+    for Header { name, value } in ack.headers {
+        match (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            (Ok(name), Ok(value)) => {
+                out.append(name, value);
+            }
+            _ => tracing::error!(header = %name, "adapter ack header is invalid; dropped"),
+        }
+    }
+    response
+}
