@@ -29,6 +29,9 @@ pub(crate) fn build_engine(max_concurrent_instances: u32) -> Result<Engine, Runt
         .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
         .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
+        // Freed slots are reset with madvise, not memset: measured, keeping even 128 KiB
+        // resident made a webhook call slower (the memset on every drop costs more than
+        // the page faults it saves).
         .max_memory_size(MAX_MEMORY_BYTES);
 
     let mut config = Config::new();
