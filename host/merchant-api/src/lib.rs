@@ -102,9 +102,18 @@ impl MerchantApiState {
         }
     }
 
-    /// Counters of the webhook route (for `/metrics`).
+    /// Counters of the webhook route.
     pub fn webhook_metrics(&self) -> &WebhookMetrics {
         &self.webhook_metrics
+    }
+
+    /// Register this API's counters (`sluice_webhooks_total{outcome}`) in the
+    /// server's registry, for `/metrics`.
+    pub fn register_metrics(
+        &self,
+        registry: &prometheus::Registry,
+    ) -> Result<(), prometheus::Error> {
+        self.webhook_metrics.register(registry)
     }
 
     pub(crate) fn webhook_limiter(&self) -> &KeyedRateLimiter {

@@ -6,9 +6,10 @@
 //! idle new keys share one overflow bucket.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use prometheus::{IntCounterVec, Opts, Registry};
 
 /// How fast a key may send: a burst, refilled at `per_second`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,21 +91,63 @@ fn refilled(bucket: &Bucket, now: Instant, rate: u64, capacity: u64) -> u64 {
     bucket.milli_tokens.saturating_add(added).min(capacity)
 }
 
-/// Counters of the webhook route, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct WebhookMetrics {
-    pub accepted: AtomicU64,
-    pub duplicates: AtomicU64,
-    pub rejected_bad_signature: AtomicU64,
-    pub rejected_stale_timestamp: AtomicU64,
-    pub rejected_malformed: AtomicU64,
-    pub rejected_unsupported: AtomicU64,
-    pub not_found: AtomicU64,
-    pub rate_limited: AtomicU64,
-    pub errors: AtomicU64,
+/// Why a webhook delivery ended as it did: the `outcome` label of
+/// `sluice_webhooks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcomeLabel {
+    Accepted,
+    Duplicate,
+    RejectedBadSignature,
+    RejectedStaleTimestamp,
+    RejectedMalformed,
+    RejectedUnsupported,
+    NotFound,
+    RateLimited,
+    Error,
 }
 
-/// A consistent-enough copy of the counters.
+impl WebhookOutcomeLabel {
+    pub const ALL: [WebhookOutcomeLabel; 9] = [
+        WebhookOutcomeLabel::Accepted,
+        WebhookOutcomeLabel::Duplicate,
+        WebhookOutcomeLabel::RejectedBadSignature,
+        WebhookOutcomeLabel::RejectedStaleTimestamp,
+        WebhookOutcomeLabel::RejectedMalformed,
+        WebhookOutcomeLabel::RejectedUnsupported,
+        WebhookOutcomeLabel::NotFound,
+        WebhookOutcomeLabel::RateLimited,
+        WebhookOutcomeLabel::Error,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WebhookOutcomeLabel::Accepted => "accepted",
+            WebhookOutcomeLabel::Duplicate => "duplicate",
+            WebhookOutcomeLabel::RejectedBadSignature => "rejected_bad_signature",
+            WebhookOutcomeLabel::RejectedStaleTimestamp => "rejected_stale_timestamp",
+            WebhookOutcomeLabel::RejectedMalformed => "rejected_malformed",
+            WebhookOutcomeLabel::RejectedUnsupported => "rejected_unsupported",
+            WebhookOutcomeLabel::NotFound => "not_found",
+            WebhookOutcomeLabel::RateLimited => "rate_limited",
+            WebhookOutcomeLabel::Error => "error",
+        }
+    }
+}
+
+/// Counters of the webhook route: `sluice_webhooks_total{outcome}`, to be
+/// registered in the server's Prometheus registry.
+#[derive(Debug, Clone)]
+pub struct WebhookMetrics {
+    deliveries: IntCounterVec,
+}
+
+impl Default for WebhookMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A copy of the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WebhookCounts {
     pub accepted: u64,
@@ -129,48 +172,48 @@ impl WebhookCounts {
 }
 
 impl WebhookMetrics {
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn new() -> Self {
+        let deliveries = IntCounterVec::new(
+            Opts::new(
+                "sluice_webhooks_total",
+                "PSP webhook deliveries by outcome.",
+            ),
+            &["outcome"],
+        )
+        // The name, help and label are constants that prometheus accepts.
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        for outcome in WebhookOutcomeLabel::ALL {
+            deliveries.with_label_values(&[outcome.as_str()]);
+        }
+        WebhookMetrics { deliveries }
+    }
+
+    /// Add the counters to `registry` (once per registry).
+    pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.deliveries.clone()))
+    }
+
+    pub fn count(&self, outcome: WebhookOutcomeLabel) {
+        self.deliveries.with_label_values(&[outcome.as_str()]).inc();
+    }
+
+    fn get(&self, outcome: WebhookOutcomeLabel) -> u64 {
+        self.deliveries.with_label_values(&[outcome.as_str()]).get()
     }
 
     pub fn snapshot(&self) -> WebhookCounts {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        use WebhookOutcomeLabel as O;
         WebhookCounts {
-            accepted: get(&self.accepted),
-            duplicates: get(&self.duplicates),
-            rejected_bad_signature: get(&self.rejected_bad_signature),
-            rejected_stale_timestamp: get(&self.rejected_stale_timestamp),
-            rejected_malformed: get(&self.rejected_malformed),
-            rejected_unsupported: get(&self.rejected_unsupported),
-            not_found: get(&self.not_found),
-            rate_limited: get(&self.rate_limited),
-            errors: get(&self.errors),
+            accepted: self.get(O::Accepted),
+            duplicates: self.get(O::Duplicate),
+            rejected_bad_signature: self.get(O::RejectedBadSignature),
+            rejected_stale_timestamp: self.get(O::RejectedStaleTimestamp),
+            rejected_malformed: self.get(O::RejectedMalformed),
+            rejected_unsupported: self.get(O::RejectedUnsupported),
+            not_found: self.get(O::NotFound),
+            rate_limited: self.get(O::RateLimited),
+            errors: self.get(O::Error),
         }
-    }
-
-    /// Prometheus text exposition of the counters.
-    pub fn render_prometheus(&self) -> String {
-        let c = self.snapshot();
-        let mut out = String::from(
-            "# HELP sluice_webhooks_total Webhook deliveries by outcome.\n\
-             # TYPE sluice_webhooks_total counter\n",
-        );
-        for (outcome, value) in [
-            ("accepted", c.accepted),
-            ("duplicate", c.duplicates),
-            ("rejected_bad_signature", c.rejected_bad_signature),
-            ("rejected_stale_timestamp", c.rejected_stale_timestamp),
-            ("rejected_malformed", c.rejected_malformed),
-            ("rejected_unsupported", c.rejected_unsupported),
-            ("not_found", c.not_found),
-            ("rate_limited", c.rate_limited),
-            ("error", c.errors),
-        ] {
-            out.push_str(&format!(
-                "sluice_webhooks_total{{outcome=\"{outcome}\"}} {value}\n"
-            ));
-        }
-        out
     }
 }
 
@@ -200,6 +243,24 @@ mod tests {
         assert!(limiter
             .check("stripe/ca_1", t0 + Duration::from_millis(100))
             .is_err());
+    }
+
+    #[test]
+    fn webhook_counters_are_exported_under_one_name_with_an_outcome_label() {
+        let metrics = WebhookMetrics::new();
+        metrics.count(WebhookOutcomeLabel::RejectedBadSignature);
+        metrics.count(WebhookOutcomeLabel::RejectedBadSignature);
+        let registry = Registry::new();
+        metrics.register(&registry).unwrap();
+        let families = registry.gather();
+        assert_eq!(families.len(), 1);
+        assert_eq!(families[0].name(), "sluice_webhooks_total");
+        assert_eq!(
+            families[0].get_metric().len(),
+            WebhookOutcomeLabel::ALL.len()
+        );
+        assert_eq!(metrics.snapshot().rejected_bad_signature, 2);
+        assert_eq!(metrics.snapshot().rejected(), 2);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use sluice_orchestrator::{RejectionKind, WebhookOutcome};
 use crate::admin::valid_adapter_name;
 use crate::error::{ApiError, ErrorBody, ErrorType};
 use crate::extract::{bytes_rejection, ApiPath};
-use crate::limits::WebhookMetrics;
+use crate::limits::WebhookOutcomeLabel;
 use crate::requests::looks_like_id;
 use crate::MerchantApiState;
 
@@ -54,12 +54,12 @@ pub async fn receive(
 ) -> Response {
     let metrics = state.webhook_metrics();
     if !valid_adapter_name(&adapter) || !looks_like_id(&account) {
-        WebhookMetrics::bump(&metrics.not_found);
+        metrics.count(WebhookOutcomeLabel::NotFound);
         return not_found();
     }
     let limit_key = format!("{adapter}/{account}");
     if let Err(wait) = state.webhook_limiter().check(&limit_key, Instant::now()) {
-        WebhookMetrics::bump(&metrics.rate_limited);
+        metrics.count(WebhookOutcomeLabel::RateLimited);
         tracing::warn!(adapter = %adapter, connector_account = %account, "webhook rate limited");
         return ApiError::rate_limited(
             "too many webhooks for this connector account",
@@ -87,27 +87,27 @@ pub async fn receive(
     match outcome {
         Ok(WebhookOutcome::Accepted { ack, receipts }) => {
             let duplicate = !receipts.is_empty() && receipts.iter().all(|r| r.duplicate);
-            WebhookMetrics::bump(if duplicate {
-                &metrics.duplicates
+            metrics.count(if duplicate {
+                WebhookOutcomeLabel::Duplicate
             } else {
-                &metrics.accepted
+                WebhookOutcomeLabel::Accepted
             });
             tracing::info!(adapter = %adapter, connector_account = %account,
                 events = receipts.len(), duplicate, "webhook accepted");
             ack_response(ack)
         }
         Ok(WebhookOutcome::Rejected { kind, .. }) => {
-            WebhookMetrics::bump(rejection_counter(metrics, kind));
+            metrics.count(rejection_label(kind));
             tracing::warn!(adapter = %adapter, connector_account = %account,
                 reason = kind.as_str(), "webhook refused");
             rejected(kind)
         }
         Ok(WebhookOutcome::NotFound) => {
-            WebhookMetrics::bump(&metrics.not_found);
+            metrics.count(WebhookOutcomeLabel::NotFound);
             not_found()
         }
         Err(error) => {
-            WebhookMetrics::bump(&metrics.errors);
+            metrics.count(WebhookOutcomeLabel::Error);
             tracing::error!(adapter = %adapter, connector_account = %account, error = %error,
                 "webhook not recorded");
             // Never a 2xx here: the PSP must deliver again.
@@ -124,15 +124,12 @@ fn not_found() -> Response {
     ApiError::not_found("resource_missing", "no such adapter or connector account").into_response()
 }
 
-fn rejection_counter(
-    metrics: &WebhookMetrics,
-    kind: RejectionKind,
-) -> &std::sync::atomic::AtomicU64 {
+fn rejection_label(kind: RejectionKind) -> WebhookOutcomeLabel {
     match kind {
-        RejectionKind::BadSignature => &metrics.rejected_bad_signature,
-        RejectionKind::StaleTimestamp => &metrics.rejected_stale_timestamp,
-        RejectionKind::Malformed => &metrics.rejected_malformed,
-        RejectionKind::Unsupported => &metrics.rejected_unsupported,
+        RejectionKind::BadSignature => WebhookOutcomeLabel::RejectedBadSignature,
+        RejectionKind::StaleTimestamp => WebhookOutcomeLabel::RejectedStaleTimestamp,
+        RejectionKind::Malformed => WebhookOutcomeLabel::RejectedMalformed,
+        RejectionKind::Unsupported => WebhookOutcomeLabel::RejectedUnsupported,
     }
 }
 

@@ -123,7 +123,13 @@ dual_test! {
         assert_eq!(gw.orch.process_inbox_once().await.unwrap().applied, 0);
         let p = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.json();
         assert_eq!(p["status"], "processing");
-        assert!(gw.state.webhook_metrics().render_prometheus().contains("outcome=\"rejected_bad_signature\"} 2"));
+        let registry = prometheus::Registry::new();
+        gw.state.register_metrics(&registry).unwrap();
+        let family = registry.gather().into_iter().find(|f| f.name() == "sluice_webhooks_total").unwrap();
+        let bad = family.get_metric().iter()
+            .find(|m| m.get_label()[0].value() == "rejected_bad_signature")
+            .unwrap();
+        assert_eq!(bad.get_counter().get_value(), 2.0);
     }
 }
 
