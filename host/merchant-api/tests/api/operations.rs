@@ -260,3 +260,42 @@ dual_test! {
         assert_eq!(gw.psp.payments().len(), 1);
     }
 }
+
+async fn status_ids(gw: &Gateway, key: &str, status: &str) -> Vec<String> {
+    let list = gw
+        .get(key, &format!("/v1/payments?status={status}"))
+        .await
+        .expect(200)
+        .json();
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+dual_test! {
+    async fn payments_are_filtered_by_their_client_status(gw) {
+        let m = gw.merchant("Acme").await;
+        let succeeded = paid(gw, &m, "f-ok", 100, "automatic").await;
+        let refunded = paid(gw, &m, "f-part", 100, "automatic").await;
+        gw.post(&m.key, &format!("/v1/payments/{refunded}/refunds"), &json!({"amount": 10})).await.expect(200);
+        let authorized = paid(gw, &m, "f-auth", 100, "manual").await;
+        gw.psp.set_mode(PspRoute::Payments, Mode::Decline);
+        let failed = gw.post(&m.key, "/v1/payments", &confirmed("f-failed", 100, "automatic", &m.account)).await.expect(201).json();
+        gw.psp.set_mode(PspRoute::Payments, Mode::Succeed);
+        let created = gw.post(&m.key, "/v1/payments", &payment_body("f-new", 100)).await.expect(201).json();
+
+        let key = m.key.as_str();
+        assert_eq!(status_ids(gw, key, "succeeded").await, [succeeded]);
+        assert_eq!(status_ids(gw, key, "partially_refunded").await, [refunded]);
+        assert_eq!(status_ids(gw, key, "authorized").await, [authorized]);
+        assert_eq!(status_ids(gw, key, "failed").await, [failed["id"].as_str().unwrap()]);
+        assert_eq!(status_ids(gw, key, "created").await, [created["id"].as_str().unwrap()]);
+        assert!(status_ids(gw, key, "processing").await.is_empty());
+        assert!(status_ids(gw, key, "refunded").await.is_empty());
+        let page = gw.get(&m.key, "/v1/payments?status=succeeded&limit=1").await.json();
+        assert_eq!(page["has_more"], false, "the only succeeded payment fills the page: {page}");
+    }
+}
