@@ -31,6 +31,8 @@ pub enum CommandError {
     },
     #[error("the server stopped: {0}")]
     Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Demo(#[from] crate::demo_setup::DemoError),
     #[error("cannot write to stdout: {0}")]
     Output(#[source] std::io::Error),
 }
@@ -81,7 +83,15 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
     }
     let server = server::start(&config, None).await?;
     let report = server.ready().await;
-    let banner = demo_banner(&config, &server.url(), &report);
+    let mut banner = demo_banner(&config, &server.url(), &report);
+    let services = server.services();
+    let demo = crate::demo_setup::set_up(
+        services.orchestrator.store(),
+        &services.merchant_api.pepper,
+        &server.url(),
+    )
+    .await?;
+    banner.push_str(&crate::demo_setup::payment_banner(&server.url(), &demo));
     std::io::stdout()
         .lock()
         .write_all(banner.as_bytes())

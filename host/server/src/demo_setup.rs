@@ -11,7 +11,8 @@ use sluice_store::{ApiKeyPepper, NewConnectorAccount, Store, StoreError};
 /// The Stripe-format webhook secret the sandbox signs with in the demo.
 const DEMO_STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_demo";
 /// The Adyen-format HMAC key (hex) the sandbox signs with in the demo.
-const DEMO_ADYEN_HMAC_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+const DEMO_ADYEN_HMAC_KEY: &str =
+    "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 
 /// Why the demo could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -62,8 +62,8 @@ impl PaymentServices {
         pepper: ApiKeyPepper,
         settings: PaymentSettings,
     ) -> Result<Self, PaymentServicesError> {
-        let transport = ReqwestTransport::new()
-            .map_err(|e| PaymentServicesError::Transport(e.to_string()))?;
+        let transport =
+            ReqwestTransport::new().map_err(|e| PaymentServicesError::Transport(e.to_string()))?;
         let orchestrator = Orchestrator::new(
             store.clone(),
             runtime,
@@ -178,7 +178,10 @@ fn render_metrics(registry: &prometheus::Registry) -> axum::response::Response {
     let mut body = Vec::new();
     match encoder.encode(&registry.gather(), &mut body) {
         Ok(()) => (
-            [(axum::http::header::CONTENT_TYPE, encoder.format_type().to_owned())],
+            [(
+                axum::http::header::CONTENT_TYPE,
+                encoder.format_type().to_owned(),
+            )],
             body,
         )
             .into_response(),
@@ -187,4 +190,44 @@ fn render_metrics(registry: &prometheus::Registry) -> axum::response::Response {
             axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
+}
+
+/// The pepper of API key hashes: `SLUICE_API_KEY_PEPPER`, else a random one
+/// created once in the data directory, so that keys survive a restart.
+pub fn load_or_create_pepper(data_dir: &std::path::Path) -> Result<ApiKeyPepper, PepperError> {
+    if let Ok(value) = std::env::var("SLUICE_API_KEY_PEPPER") {
+        return ApiKeyPepper::new(value.into_bytes())
+            .map_err(|e| PepperError::Invalid(e.to_string()));
+    }
+    let path = data_dir.join("api-key-pepper");
+    let secret = match std::fs::read_to_string(&path) {
+        Ok(existing) => existing.trim().to_owned(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let mut bytes = [0u8; 32];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+            let fresh = hex::encode(bytes);
+            let temp = data_dir.join("api-key-pepper.tmp");
+            std::fs::write(&temp, &fresh)
+                .and_then(|()| std::fs::rename(&temp, &path))
+                .map_err(|source| PepperError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            fresh
+        }
+        Err(source) => return Err(PepperError::Io { path, source }),
+    };
+    ApiKeyPepper::new(secret.into_bytes()).map_err(|e| PepperError::Invalid(e.to_string()))
+}
+
+/// Why the API key pepper could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PepperError {
+    #[error("cannot read or create {path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid API key pepper: {0}")]
+    Invalid(String),
 }

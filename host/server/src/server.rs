@@ -14,6 +14,7 @@ use crate::adapters::{sandbox_limits, AdapterManager, StartupReport};
 use crate::app::{router, AppState};
 use crate::auth::AdminAuth;
 use crate::config::Config;
+use crate::payment_services::{load_or_create_pepper, PaymentServices, PaymentSettings};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,10 @@ pub enum StartError {
     Migrate(#[source] StoreError),
     #[error("cannot start the adapter runtime: {0}")]
     Runtime(#[from] sluice_adapter_runtime::RuntimeError),
+    #[error("cannot load the API key pepper: {0}")]
+    Pepper(#[from] crate::payment_services::PepperError),
+    #[error("cannot start the payment services: {0}")]
+    PaymentServices(#[from] crate::payment_services::PaymentServicesError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -43,6 +48,9 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     serve: JoinHandle<std::io::Result<()>>,
     startup: watch::Receiver<Option<Arc<StartupReport>>>,
+    services: PaymentServices,
+    stop_workers: watch::Sender<bool>,
+    workers: tokio::task::JoinSet<()>,
 }
 
 impl RunningServer {
@@ -57,6 +65,11 @@ impl RunningServer {
 
     pub fn state(&self) -> &AppState {
         &self.state
+    }
+
+    /// The orchestrator, merchant API state, publisher and scanner.
+    pub fn services(&self) -> &PaymentServices {
+        &self.services
     }
 
     /// Waits until start-up loading of adapters has finished and returns what it did.
@@ -87,6 +100,15 @@ impl RunningServer {
             let _ = shutdown.send(());
         }
         let result = self.stopped().await;
+        let _ = self.stop_workers.send(true);
+        let workers = async { while self.workers.join_next().await.is_some() {} };
+        if tokio::time::timeout(std::time::Duration::from_secs(10), workers)
+            .await
+            .is_err()
+        {
+            tracing::warn!("background workers did not stop within 10 s; aborting them");
+            self.workers.abort_all();
+        }
         self.state.store.close().await;
         result
     }
@@ -121,6 +143,21 @@ pub async fn start(
     if !auth.is_enabled() {
         tracing::warn!("no admin token configured (SLUICE_ADMIN_TOKEN): the admin API is disabled");
     }
+    let pepper = load_or_create_pepper(&config.data_dir)?;
+    let services = PaymentServices::new(
+        store.clone(),
+        adapters.runtime().clone(),
+        pepper,
+        PaymentSettings {
+            nats_url: std::env::var("SLUICE_NATS_URL")
+                .ok()
+                .filter(|u| !u.is_empty()),
+            // Plain-http merchant endpoints only for a gateway that is itself
+            // only reachable from this machine (demo, tests).
+            allow_http_endpoints: config.listen.ip().is_loopback(),
+        },
+    )?;
+    let payment_routes = services.router(auth.clone());
     let state = AppState::new(auth, Arc::clone(&adapters), store);
 
     let listener = match listener {
@@ -147,7 +184,9 @@ pub async fn start(
     });
 
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let app = router(state.clone());
+    let app = router(state.clone()).merge(payment_routes);
+    let (stop_workers, workers_stopped) = watch::channel(false);
+    let workers = services.spawn_workers(workers_stopped);
     let serve = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -163,6 +202,9 @@ pub async fn start(
         shutdown: Some(shutdown_tx),
         serve,
         startup: report_rx,
+        services,
+        stop_workers,
+        workers,
     })
 }
 

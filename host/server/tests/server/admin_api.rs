@@ -244,10 +244,13 @@ async fn admin_endpoints_refuse_a_missing_or_wrong_token_with_401() {
     let requests: Vec<(Method, String, Option<Body>)> = vec![
         (Method::GET, "/admin/adapters".into(), None),
         (Method::GET, format!("/admin/adapters/{WELL_BEHAVED}"), None),
+        // A small body: the server refuses before reading the upload, and a
+        // client still writing a large body may see the connection close
+        // instead of the 401 (an HTTP race, not what this test is about).
         (
             Method::PUT,
             format!("/admin/adapters/{WELL_BEHAVED}"),
-            Some(Body::Wasm(wasm.clone())),
+            Some(Body::Wasm(wasm[..64].to_vec())),
         ),
         (
             Method::POST,
