@@ -88,6 +88,10 @@ impl PaymentServices {
             Scanner::with_metrics(orchestrator.clone(), ScannerConfig::default(), &registry)
                 .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
         let merchant_api = MerchantApiState::new(orchestrator.clone(), pepper);
+        merchant_api
+            .webhook_metrics()
+            .register(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         Ok(PaymentServices {
             orchestrator,
             merchant_api,
