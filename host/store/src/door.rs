@@ -23,6 +23,7 @@
 //! state that was current when it committed.
 
 use crate::db::Tx;
+use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
@@ -33,8 +34,9 @@ use crate::payments::{
 use crate::{Store, StoreError};
 use sluice_core::{
     cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, route_event,
-    Aggregate, AttemptState, CaptureState, Decision, Effect, EventIdentity, EventKind,
-    IgnoreReason, OrderCommand, OrderState, OutboxEvent, PaymentEvent, RefundState,
+    Aggregate, AttemptState, CaptureState, CompensationRefundOutcome, Decision, Effect,
+    EventIdentity, EventKind, FulfillmentInput, IgnoreReason, OrderCommand, OrderState,
+    OutboxEvent, PaymentEvent, RefundState,
 };
 use sqlx::Row;
 use std::time::Duration;
@@ -653,6 +655,23 @@ impl Store {
             .await?;
             outbox_event_ids.push(id);
         }
+        // The fulfillment follows the payment in this same transaction.
+        if let Some(input) =
+            fulfillment_follow_up(tx, plan, new_state, terminal, order_state).await?
+        {
+            let followed = fulfillment::follow_payment_in(
+                tx,
+                &order.id,
+                input,
+                plan.provenance,
+                &self.fulfillment_policy,
+                now,
+            )
+            .await?;
+            if let Step::Retry = followed {
+                return Ok(Step::Retry);
+            }
+        }
         Ok(Step::Done(Applied {
             decision: DecisionKind::Applied,
             reason: verdict.reason.clone(),
@@ -801,6 +820,49 @@ impl Store {
         }
         h
     }
+}
+
+/// The fulfillment input an applied payment decision implies: the payment
+/// with a fulfillment block succeeded (PaymentSucceeded with the attempt that
+/// took the money), or its compensation refund reached a definitive outcome.
+async fn fulfillment_follow_up(
+    tx: &mut Tx,
+    plan: &Plan<'_>,
+    new_state: &str,
+    terminal: bool,
+    order_state: OrderState,
+) -> Result<Option<FulfillmentInput>, StoreError> {
+    let order = &plan.order;
+    if order.fulfillment.mode.is_none() {
+        return Ok(None);
+    }
+    let subject = &plan.subject;
+    if order_state == OrderState::Succeeded && order.state != OrderState::Succeeded {
+        let attempt_reference = match subject.aggregate {
+            Aggregate::Attempt => subject.reference.clone(),
+            Aggregate::Capture => plan.capture_attempt.as_ref().map(|a| a.reference.clone()),
+            Aggregate::Order | Aggregate::Refund => None,
+        };
+        return Ok(attempt_reference
+            .map(|attempt_reference| FulfillmentInput::PaymentSucceeded { attempt_reference }));
+    }
+    if subject.aggregate == Aggregate::Refund && terminal {
+        let Some(reference) = &subject.reference else {
+            return Ok(None);
+        };
+        if fulfillment::is_compensation_refund(tx, &order.id, reference).await? {
+            let outcome = if new_state == RefundState::Succeeded.as_str() {
+                CompensationRefundOutcome::Succeeded
+            } else {
+                CompensationRefundOutcome::Failed
+            };
+            return Ok(Some(FulfillmentInput::CompensationRefund {
+                refund_reference: reference.clone(),
+                outcome,
+            }));
+        }
+    }
+    Ok(None)
 }
 
 /// The identity stored with an accepted event (for business-level dedupe).

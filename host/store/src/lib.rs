@@ -17,6 +17,7 @@ mod clock;
 mod db;
 mod door;
 mod error;
+mod fulfillment;
 mod ids;
 mod listing;
 
@@ -31,6 +32,7 @@ pub mod reserve;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{Applied, ApplyEvent, DecisionKind, EventTarget, MAX_CAS_TRIES};
 pub use error::StoreError;
+pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
 pub use idempotency::{IdempotencyBegin, IdempotencyRecord};
 pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
@@ -86,6 +88,8 @@ pub struct StoreOptions {
     pub clock: Arc<dyn Clock>,
     /// How soon an UNKNOWN outcome is first queried when the caller gives no time.
     pub first_query_delay: Duration,
+    /// The fulfillment checks' knobs (backoff, action timeout, review after).
+    pub fulfillment_policy: sluice_core::FulfillmentPolicy,
 }
 
 impl Default for StoreOptions {
@@ -96,6 +100,7 @@ impl Default for StoreOptions {
             acquire_timeout: Duration::from_secs(15),
             clock: Arc::new(SystemClock),
             first_query_delay: Duration::from_secs(5),
+            fulfillment_policy: sluice_core::FulfillmentPolicy::default(),
         }
     }
 }
@@ -107,6 +112,7 @@ pub struct Store {
     backend: Backend,
     clock: Arc<dyn Clock>,
     query_delay_ms: i64,
+    fulfillment_policy: sluice_core::FulfillmentPolicy,
 }
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -160,6 +166,7 @@ impl Store {
             clock: options.clock,
             query_delay_ms: i64::try_from(options.first_query_delay.as_millis())
                 .unwrap_or(i64::MAX),
+            fulfillment_policy: options.fulfillment_policy,
         })
     }
 
@@ -186,6 +193,11 @@ impl Store {
     /// Current time in unix milliseconds, from the store's clock.
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// The fulfillment policy the fulfillment door decides with.
+    pub fn fulfillment_policy(&self) -> &sluice_core::FulfillmentPolicy {
+        &self.fulfillment_policy
     }
 
     /// Cheap round trip for readiness probes.

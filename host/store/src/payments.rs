@@ -529,7 +529,19 @@ impl Store {
             return_url: new.return_url.clone(),
             description: new.description.clone(),
             metadata: new.metadata.clone(),
-            fulfillment: new.fulfillment.clone(),
+            fulfillment: {
+                let mut f = new.fulfillment.clone();
+                // A payment with a fulfillment block starts its fulfillment
+                // lifecycle at once (seed 000: PENDING_PAYMENT).
+                if f.mode.is_some() && f.state.is_none() {
+                    f.state = Some(
+                        sluice_core::FulfillmentState::PendingPayment
+                            .as_str()
+                            .into(),
+                    );
+                }
+                f
+            },
             manual_review: false,
             manual_review_reason: None,
             created_at: now,

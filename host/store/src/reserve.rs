@@ -258,6 +258,131 @@ impl Store {
     }
 }
 
+/// Reserve the whole refundable amount of a payment for its compensation
+/// refund and create the refund (CREATED, due for the scanner at once) under
+/// the deterministic `refund_reference`, inside the caller's transaction.
+///
+/// The reservation is the same conditional UPDATE as every refund's, with
+/// the fulfillment guard in the statement itself: it only reserves while the
+/// order is `compensating` under exactly this reference, so it refuses a
+/// `fulfilled` order (or any other state) whatever the caller believed. A
+/// refusal changes nothing and is an error.
+pub(crate) async fn reserve_compensation_in(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+    refund_reference: &str,
+    reason: &str,
+    provenance: &Provenance,
+    now: i64,
+) -> Result<Reservation<Refund>, StoreError> {
+    let amounts = amounts_in(tx, &order.id).await?;
+    let amount = amounts.refundable_minor();
+    let attempt = succeeded_attempt(tx, order).await?;
+    let payment_version = bump_payment_version(tx, &order.id, now).await?;
+    let reserved = sqlx::query(
+        "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
+         WHERE payment_id = $1 AND $2 > 0 \
+           AND captured_minor - refunded_minor - refund_reserved_minor >= $2 \
+           AND EXISTS (SELECT 1 FROM payment_orders o WHERE o.id = $1 \
+                 AND o.fulfillment_state = 'compensating' \
+                 AND o.fulfillment_state <> 'fulfilled' \
+                 AND o.compensation_refund_reference = $3)",
+    )
+    .bind(&order.id)
+    .bind(amount)
+    .bind(refund_reference)
+    .execute(&mut **tx)
+    .await?;
+    if reserved.rows_affected() == 0 {
+        let row = sqlx::query(
+            "SELECT fulfillment_state, compensation_refund_reference FROM payment_orders WHERE id = $1",
+        )
+        .bind(&order.id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let state: Option<String> = row.try_get("fulfillment_state")?;
+        let state = state.unwrap_or_else(|| "none".into());
+        return Err(StoreError::InvalidState {
+            entity: "payment",
+            id: order.id.clone(),
+            state: format!("fulfillment {state}"),
+            reason: format!(
+                "the compensation refund {refund_reference} may only be reserved while the \
+                 fulfillment is compensating under that reference, with money to return \
+                 (refundable {amount}); a fulfilled payment is never compensated"
+            ),
+        });
+    }
+    let money = Money {
+        amount_minor: amount,
+        currency: amounts.currency,
+    };
+    let refund = Refund {
+        id: ids::refund(),
+        payment_id: order.id.clone(),
+        attempt_id: attempt.id.clone(),
+        reference: refund_reference.to_owned(),
+        adapter: attempt.adapter.clone(),
+        psp_reference: None,
+        amount: money,
+        reason: Some(reason.to_owned()),
+        state: RefundState::Created,
+        version: 0,
+        // Due at once: if the caller dies before sending it, the recovery
+        // scanner sends it (same reference, so never a second refund).
+        next_retry_time: Some(now),
+        retry_count: 0,
+        last_psp_call_at: None,
+        last_event: None,
+        failure: None,
+        created_at: now,
+        updated_at: now,
+    };
+    sqlx::query(
+        "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
+            currency, reason, state, version, next_retry_time, retry_count, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, 0, $10, $10)",
+    )
+    .bind(&refund.id)
+    .bind(&refund.payment_id)
+    .bind(&refund.attempt_id)
+    .bind(&refund.reference)
+    .bind(&refund.adapter)
+    .bind(amount)
+    .bind(money.currency.as_str())
+    .bind(reason)
+    .bind(refund.state.as_str())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    let why = format!("compensation refund of {amount} ({reason}) reserved before any PSP call");
+    let (history_id, outbox_event_id) = record_creation(
+        tx,
+        Creation {
+            order,
+            aggregate_type: "refund",
+            aggregate_id: &refund.id,
+            reference: &refund.reference,
+            state: refund.state.as_str(),
+            amount: money,
+            event_kind: "COMMAND_COMPENSATION_REFUND",
+            event_type: REFUND_REQUESTED,
+            reason: &why,
+            payment_version,
+            provenance,
+        },
+        now,
+    )
+    .await?;
+    tracing::info!(payment_id = %order.id, refund_id = %refund.id, amount, "compensation refund reserved");
+    Ok(Reservation {
+        record: refund,
+        payment_version,
+        history_id,
+        outbox_event_id,
+    })
+}
+
 async fn scoped_order(
     tx: &mut Tx,
     payment_id: &str,

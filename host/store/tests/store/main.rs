@@ -4,6 +4,7 @@
 pub mod common;
 
 mod door;
+mod fulfillment;
 mod money;
 mod queues;
 mod schema;
