@@ -319,6 +319,57 @@ impl Orchestrator {
             .await
     }
 
+    /// Close, at the PSP, an attempt whose customer step (3-D Secure, a
+    /// redirect) expired: the recovery scanner's REQUIRES_ACTION expiry.
+    ///
+    /// Only the PSP's PAYMENT_CANCELED closes the attempt (through the door),
+    /// so a customer who completed the step meanwhile wins: the PSP refuses
+    /// the cancel or reports the success, and the attempt follows that. An
+    /// unknown outcome changes nothing (REQUIRES_ACTION is more than "no
+    /// answer") and the next scan sends the same cancel again.
+    ///
+    /// Returns the attempt's state after the call; an attempt that is no
+    /// longer REQUIRES_ACTION is left alone and its state returned.
+    pub async fn cancel_expired_attempt(
+        &self,
+        payment_id: &str,
+        attempt_id: &str,
+    ) -> Result<AttemptState, OrchestratorError> {
+        let details = self.store().payment_details(None, payment_id).await?;
+        let attempt = details
+            .attempts
+            .iter()
+            .find(|a| a.id == attempt_id)
+            .cloned()
+            .ok_or_else(|| {
+                OrchestratorError::InvalidState(format!(
+                    "payment {payment_id} has no attempt {attempt_id}"
+                ))
+            })?;
+        if attempt.state != AttemptState::RequiresAction {
+            return Ok(attempt.state);
+        }
+        let connector = self.connector(&attempt.connector_account_id).await?;
+        let spec = attempt_spec(Operation::Void, &attempt, &details.order);
+        let request = call::prepare(&connector, &spec)
+            .await?
+            .map_err(|not_sent| OrchestratorError::InvalidRequest(not_sent.message))?;
+        let own = OwnAggregate::Attempt {
+            reference: attempt.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let provenance = Orchestrator::provenance(&connector, Trigger::Scanner);
+        let outcome =
+            call::perform(self.inner.transport.as_ref(), &connector, &spec, &request).await;
+        if let Some(code) = outcome.unknown_code() {
+            tracing::info!(payment_id, attempt_id, adapter = %attempt.adapter, code,
+                "cancel of an expired customer step has no answer yet; the next scan resends it");
+        }
+        self.apply_outcome(&own, &spec, outcome, &provenance)
+            .await?;
+        Ok(self.store().get_attempt(attempt_id).await?.state)
+    }
+
     /// The payment as it is now, for a merchant.
     pub async fn payment(
         &self,

@@ -15,8 +15,9 @@
 //!    each row, with a jitter drawn here;
 //! 3. queries the PSP through `advance` (SUBMITTED / PROCESSING past their
 //!    timeout, UNKNOWN by backoff, refunds and captures with their original
-//!    reference), closes expired REQUIRES_ACTION attempts (query, then
-//!    `OrderCommand::Expire` once the attempt is closed), and flags UNKNOWN
+//!    reference), closes expired REQUIRES_ACTION attempts (query, cancel at
+//!    the PSP if the customer step is still open, then `OrderCommand::Expire`
+//!    once the PSP closed the attempt), and flags UNKNOWN
 //!    older than the configured age for an operator;
 //! 4. always moves `next_retry_time` on, so a row leaves the due set until its
 //!    next look.
@@ -106,7 +107,8 @@ pub struct ScanReport {
     pub converged: u64,
     /// Orders closed EXPIRED after their REQUIRES_ACTION attempt closed.
     pub expired: u64,
-    /// Expired REQUIRES_ACTION attempts still open at the PSP (see
+    /// Expired REQUIRES_ACTION attempts whose cancel the PSP has not
+    /// confirmed yet (see
     /// [`ItemOutcome::ExpireBlocked`]).
     pub expire_blocked: u64,
     /// UNKNOWN rows past the configured age, reported for an operator.
@@ -497,12 +499,23 @@ impl Scanner {
         }
     }
 
-    /// The customer's step expired: query once more (they may have finished);
-    /// once the attempt is closed, expire the order through the door.
+    /// The customer's step expired: query once more (they may have finished),
+    /// cancel the attempt at the PSP if it still waits for them, and once the
+    /// attempt is closed, expire the order through the door.
     async fn expire(&self, due: &Due, next_retry_at: i64) -> Result<ItemOutcome, ScannerError> {
         let queried = self.query(due, next_retry_at).await?;
         let store = self.inner.orch.store();
-        let after = due::load(store, due.kind, &due.id).await?;
+        let mut after = due::load(store, due.kind, &due.id).await?;
+        let cancel_sent = after.state == PendingState::Attempt(AttemptState::RequiresAction);
+        if cancel_sent {
+            // Closing only our side would leave a step the customer could
+            // still complete at the PSP: money taken on an expired order.
+            self.inner
+                .orch
+                .cancel_expired_attempt(&due.payment_id, &due.attempt_id)
+                .await?;
+            after = due::load(store, due.kind, &due.id).await?;
+        }
         match after.state {
             PendingState::Attempt(AttemptState::Failed | AttemptState::Canceled) => {
                 let applied = store
@@ -528,11 +541,20 @@ impl Scanner {
             PendingState::Attempt(AttemptState::RequiresAction) => {
                 tracing::warn!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
                     adapter = %due.adapter,
-                    "expired customer step still open at the PSP; no cancel operation for REQUIRES_ACTION");
+                    "expired customer step: the PSP has not confirmed the cancel yet; retried next scan");
                 Ok(ItemOutcome::ExpireBlocked {
-                    reason: "attempt still REQUIRES_ACTION at the PSP".into(),
+                    reason: "cancel of the expired customer step not confirmed by the PSP yet"
+                        .into(),
                 })
             }
+            // Asynchronous PSPs (Adyen format) only acknowledge the cancel and
+            // confirm it by notification: the attempt closes then, and the
+            // order stays open for the merchant (a new attempt or a cancel).
+            _ if cancel_sent && !after.state.is_terminal() => Ok(ItemOutcome::ExpireBlocked {
+                reason:
+                    "cancel of the expired customer step acknowledged; the PSP confirms it later"
+                        .into(),
+            }),
             _ => Ok(queried),
         }
     }

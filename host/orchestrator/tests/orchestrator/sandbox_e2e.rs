@@ -217,3 +217,42 @@ e2e_test! {
         assert!(refused.is_empty(), "every delivery acknowledged: {refused:?}");
     }
 }
+
+e2e_test! {
+    async fn an_expired_customer_step_is_canceled_at_the_psp_through_the_adapter(e2e) {
+        let view = e2e
+            .create("e2e-3ds-expired", 1300, CaptureMode::Automatic, "pm_card_threeDSecureRequired")
+            .await;
+        assert_eq!(view.details.attempts[0].state, AttemptState::RequiresAction);
+        let payment_id = view.details.order.id.clone();
+        let attempt = view.details.attempts[0].clone();
+
+        let state = e2e.orch.cancel_expired_attempt(&payment_id, &attempt.id).await.unwrap();
+        // Stripe cancels synchronously; Adyen only acknowledges the cancel
+        // (`received`, normalised to processing) and confirms by notification.
+        let expected = match e2e.psp {
+            Psp::Stripe => AttemptState::Canceled,
+            Psp::Adyen => AttemptState::Processing,
+        };
+        assert_eq!(state, expected);
+        // Stripe answers the cancel at once; Adyen by its CANCELLATION notification.
+        eventually(CONVERGE, "the attempt to be canceled", || async {
+            let attempt = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
+            (attempt.state == AttemptState::Canceled).then_some(())
+        })
+        .await;
+        let at_psp: Vec<_> = e2e
+            .sandbox
+            .payments()
+            .into_iter()
+            .filter(|p| p.reference == attempt.reference)
+            .collect();
+        assert_eq!(at_psp.len(), 1);
+        assert_eq!(at_psp[0].status, sluice_sandbox_psp::PayStatus::Canceled);
+        assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 0, "no money was taken");
+
+        // Closing an attempt that is no longer waiting for the customer is a no-op.
+        let again = e2e.orch.cancel_expired_attempt(&payment_id, &attempt.id).await.unwrap();
+        assert_eq!(again, AttemptState::Canceled);
+    }
+}

@@ -281,3 +281,112 @@ async fn two_scanners_on_postgres_never_query_the_same_attempt_at_the_same_momen
     // Both saw the same pending set; the one that lost a row stood back.
     assert!(a.scanned > 0 && b.scanned > 0, "{a:?} {b:?}");
 }
+
+/// A policy whose customer steps expire `ttl_ms` after the attempt was created.
+fn expiring_policy(ttl_ms: i64) -> sluice_core::RecoveryPolicy {
+    sluice_core::RecoveryPolicy {
+        requires_action_ttl_ms: ttl_ms,
+        ..fast_policy(100)
+    }
+}
+
+/// An attempt the PSP reports as waiting for the customer (3-D Secure),
+/// learned by the scanner's first query. Returns it and the PSP's payment id.
+async fn waiting_for_the_customer(
+    h: &Harness,
+    scanner: &Scanner,
+    order_no: &str,
+) -> (PaymentAttempt, String) {
+    let attempt = submitted_by_a_killed_process(h, order_no).await;
+    let psp_id = h
+        .psp
+        .seed_payment(&attempt.reference, 1000, "EUR", "requires_action");
+    // Past the SUBMITTED timeout, well before the step expires.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let report = scanner.scan_once().await.unwrap();
+    assert_eq!((report.queried, report.errors), (1, 0), "{report:?}");
+    let attempt = h.store().get_attempt(&attempt.id).await.unwrap();
+    assert_eq!(attempt.state, AttemptState::RequiresAction);
+    (attempt, psp_id)
+}
+
+/// Sleep until the attempt's customer step has expired and the row is due.
+async fn until_expired(h: &Harness, attempt: &PaymentAttempt, ttl_ms: i64) {
+    let expires_at = attempt.created_at + ttl_ms;
+    let wait = expires_at.saturating_sub(h.store().now_ms()).max(0) + 20;
+    tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap())).await;
+    until_due(h, &attempt.id).await;
+}
+
+dual_test! {
+    async fn an_expired_customer_step_is_canceled_at_the_psp_and_the_order_expires(db) {
+        let h = Harness::new(db).await;
+        let scanner = h.scanner(expiring_policy(300));
+        let (attempt, psp_id) = waiting_for_the_customer(&h, &scanner, "o-3ds-expired").await;
+
+        until_expired(&h, &attempt, 300).await;
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.expired, report.expire_blocked, report.errors), (1, 0, 0),
+            "{report:?}");
+
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Canceled);
+        let order = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert_eq!(order.state, sluice_core::OrderState::Expired);
+        assert_eq!(h.psp.requests("cancel"), 1, "the customer step is closed at the PSP");
+        let at_psp = h.psp.payments_for(&attempt.reference);
+        assert_eq!(at_psp.len(), 1);
+        assert_eq!((at_psp[0].id.as_str(), at_psp[0].status.as_str()), (psp_id.as_str(), "canceled"));
+        assert_eq!(h.psp.requests("create_payment"), 0, "recovery never charges");
+
+        // The closed attempt and the expired order are out of the pending set.
+        let again = scanner.scan_once().await.unwrap();
+        assert_eq!((again.scanned, again.queried), (0, 0), "{again:?}");
+        assert_eq!(h.psp.requests("cancel"), 1);
+    }
+}
+
+dual_test! {
+    async fn a_customer_who_completed_the_step_before_the_expiry_scan_keeps_the_payment(db) {
+        let h = Harness::new(db).await;
+        let scanner = h.scanner(expiring_policy(300));
+        let (attempt, psp_id) = waiting_for_the_customer(&h, &scanner, "o-3ds-completed").await;
+        // The customer authenticates at the last moment; the PSP charges.
+        h.psp.set_status(&psp_id, "succeeded");
+
+        until_expired(&h, &attempt, 300).await;
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.expired, report.errors), (0, 0), "{report:?}");
+
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Succeeded);
+        let order = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert_eq!(order.state, sluice_core::OrderState::Succeeded);
+        assert_eq!(h.psp.requests("cancel"), 0, "a completed step is never canceled");
+    }
+}
+
+dual_test! {
+    async fn an_expired_step_whose_cancel_has_no_answer_stays_open_and_is_canceled_on_the_next_scan(db) {
+        let h = Harness::new(db).await;
+        let scanner = h.scanner(expiring_policy(300));
+        let (attempt, _psp_id) = waiting_for_the_customer(&h, &scanner, "o-3ds-5xx").await;
+
+        h.psp.set_mode(PspRoute::Cancels, Mode::ServerError);
+        until_expired(&h, &attempt, 300).await;
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.expired, report.expire_blocked, report.errors), (0, 1, 0),
+            "{report:?}");
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::RequiresAction, "no answer closes nothing");
+        let order = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert_ne!(order.state, sluice_core::OrderState::Expired);
+
+        h.psp.set_mode(PspRoute::Cancels, Mode::Succeed);
+        until_due(&h, &attempt.id).await;
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.expired, report.errors), (1, 0), "{report:?}");
+        let after = h.store().get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.state, AttemptState::Canceled);
+    }
+}

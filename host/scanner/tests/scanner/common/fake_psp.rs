@@ -410,7 +410,8 @@ async fn cancel(
         let Some(payment) = l.payments.iter_mut().find(|p| p.id == id) else {
             return not_found();
         };
-        if payment.status != "authorized" {
+        // Like Stripe: held funds, or a customer step not completed yet.
+        if payment.status != "authorized" && payment.status != "requires_action" {
             return (
                 402,
                 json!({"status": "failed", "decline_code": "not_cancelable"}),
