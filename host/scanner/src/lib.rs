@@ -17,8 +17,9 @@
 //!    timeout, UNKNOWN by backoff, refunds and captures with their original
 //!    reference), closes expired REQUIRES_ACTION attempts (query, cancel at
 //!    the PSP if the customer step is still open, then `OrderCommand::Expire`
-//!    once the PSP closed the attempt), and flags UNKNOWN
-//!    older than the configured age for an operator;
+//!    once the PSP closed the attempt), and flags the payment of an UNKNOWN
+//!    older than the configured age for manual review
+//!    (`Store::flag_manual_review`, through the door);
 //! 4. always moves `next_retry_time` on, so a row leaves the due set until its
 //!    next look.
 //!
@@ -111,7 +112,7 @@ pub struct ScanReport {
     /// confirmed yet (see
     /// [`ItemOutcome::ExpireBlocked`]).
     pub expire_blocked: u64,
-    /// UNKNOWN rows past the configured age, reported for an operator.
+    /// UNKNOWN rows past the configured age, flagged for manual review.
     pub escalated: u64,
     /// Rows whose retry time was earlier than the policy's: moved on.
     pub not_yet: u64,
@@ -141,8 +142,8 @@ pub enum ItemOutcome {
     /// The customer's step expired but the attempt is still open at the PSP
     /// (or the order refused `Expire`): `reason` says which. Rescheduled.
     ExpireBlocked { reason: String },
-    /// UNKNOWN past the configured age: reported for an operator (the store
-    /// has no flag-for-review function outside the door). Rescheduled.
+    /// UNKNOWN past the configured age: the payment was flagged for manual
+    /// review through the store's door. Rescheduled (queries go on).
     Escalated { age_ms: i64 },
     /// Not due by the policy yet: moved to its due time.
     NotYet,
@@ -573,12 +574,31 @@ impl Scanner {
                 next_retry_at_ms,
                 ..
             } => {
-                // The store flags manual review only inside the door (on
-                // contradicting evidence); there is no evidence-free flag, so
-                // the escalation is reported here and in the metrics.
+                // Through the door: flag + reason + history + outbox
+                // `payment.needs_review` in one transaction, no state change.
+                // A row that turned terminal meanwhile flags nothing.
+                let reason = format!(
+                    "{} {} UNKNOWN for {} s, past the {} s limit: an operator must decide",
+                    due::kind_label(due.kind),
+                    due.id,
+                    age_ms / 1000,
+                    self.inner.config.policy.max_unknown_age_ms / 1000
+                );
+                let applied = store
+                    .flag_manual_review(
+                        due.kind,
+                        &due.id,
+                        &reason,
+                        &Provenance::actor(SCANNER_ACTOR),
+                    )
+                    .await?;
                 tracing::warn!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
                     adapter = %due.adapter, kind = due::kind_label(due.kind), id = %due.id,
-                    age_ms, "UNKNOWN past its age: needs an operator");
+                    age_ms, decision = applied.decision.as_str(),
+                    "UNKNOWN past its age: flagged for manual review");
+                if applied.decision == DecisionKind::IgnoredStale {
+                    return Ok(ItemOutcome::Stale);
+                }
                 due::set_next_look(store, due, Some(*next_retry_at_ms)).await?;
                 Ok(ItemOutcome::Escalated { age_ms: *age_ms })
             }

@@ -22,6 +22,10 @@
 //! (a version-preserving update), so every recorded decision was taken on the
 //! state that was current when it committed.
 
+mod operator;
+
+pub use operator::{ESCALATE_KIND, RESOLVE_KIND};
+
 use crate::db::Tx;
 use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
@@ -1517,8 +1521,19 @@ fn describe_target(target: &EventTarget) -> String {
     }
 }
 
-/// A short, jittered pause before re-deciding, so racers spread out.
+/// CAS misses (a decision re-taken because someone else committed first),
+/// process-wide, for the `sluice_cas_conflicts_total` metric.
+static CAS_CONFLICTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many decisions this process re-took after losing a CAS race.
+pub fn cas_conflicts_total() -> u64 {
+    CAS_CONFLICTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A short, jittered pause before re-deciding, so racers spread out. Every
+/// CAS miss passes here, so this is where it is counted.
 async fn cas_backoff(tries: u32) {
+    CAS_CONFLICTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let jitter = rand::random_range(0..=3u64);
     tokio::time::sleep(Duration::from_millis(u64::from(tries) * 2 + jitter)).await;
 }

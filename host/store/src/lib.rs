@@ -28,9 +28,14 @@ pub mod merchants;
 pub mod outbox;
 pub mod payments;
 pub mod reserve;
+pub mod review;
+pub mod stats;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use door::{Applied, ApplyEvent, DecisionKind, EventTarget, MAX_CAS_TRIES};
+pub use door::{
+    cas_conflicts_total, Applied, ApplyEvent, DecisionKind, EventTarget, ESCALATE_KIND,
+    MAX_CAS_TRIES, RESOLVE_KIND,
+};
 pub use error::StoreError;
 pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
@@ -47,6 +52,7 @@ pub use payments::{
     PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};
+pub use review::{IssuedOperator, NewProposal, Operator, Proposal, ReviewError, ReviewOutcome};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};

@@ -236,6 +236,46 @@ dual_test! {
     }
 }
 
+dual_test! {
+    async fn an_unknown_past_its_age_flags_the_payment_for_review_through_the_door_once(db) {
+        let h = Harness::new(db).await;
+        let attempt = unknown_after_commit_then_timeout(&h, "o-escalate").await;
+        let mut policy = fast_policy(100);
+        policy.max_unknown_age_ms = 0;
+        let scanner = h.scanner(policy);
+        until_due(&h, &attempt.id).await;
+        let before = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert!(!before.manual_review);
+
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!((report.escalated, report.queried, report.errors), (1, 0, 0), "{report:?}");
+        let flagged = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
+        assert!(flagged.manual_review);
+        assert!(flagged.manual_review_reason.as_deref().unwrap_or("").contains("UNKNOWN"), "{flagged:?}");
+        assert_eq!(flagged.state, before.state, "no payment state change");
+        assert_eq!(h.store().get_attempt(&attempt.id).await.unwrap().state, AttemptState::Unknown);
+        let timeline = h.store().timeline(&attempt.payment_id).await.unwrap();
+        let row = timeline
+            .iter()
+            .find(|e| e.event_kind == sluice_store::ESCALATE_KIND)
+            .expect("the escalation is in the history");
+        assert_eq!(row.actor.as_deref(), Some("system:scanner"));
+        assert_eq!(row.aggregate_id, attempt.id);
+        let needs_review = h.store().outbox_for_payment(&attempt.payment_id).await.unwrap()
+            .into_iter().filter(|m| m.event_type == "payment.needs_review").count();
+        assert_eq!(needs_review, 1);
+
+        // Flagged payments are not escalated again; queries go on.
+        until_due(&h, &attempt.id).await;
+        let again = scanner.scan_once().await.unwrap();
+        assert_eq!((again.escalated, again.queried), (0, 1), "{again:?}");
+        assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1, "exactly one charge");
+        let needs_review = h.store().outbox_for_payment(&attempt.payment_id).await.unwrap()
+            .into_iter().filter(|m| m.event_type == "payment.needs_review").count();
+        assert_eq!(needs_review, 1, "the merchant is told once");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_scanners_on_postgres_never_query_the_same_attempt_at_the_same_moment() {
     let h = Harness::new(TestDb::postgres().await).await;

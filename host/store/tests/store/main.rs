@@ -7,5 +7,6 @@ mod door;
 mod fulfillment;
 mod money;
 mod queues;
+mod review;
 mod schema;
 mod tenants;

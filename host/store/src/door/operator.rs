@@ -1,0 +1,503 @@
+//! Paths through the one door that carry no PSP evidence: flagging a payment
+//! for an operator (the scanner's escalation of an UNKNOWN past its age), and
+//! applying a two-person-approved operator resolution (an event of evidence
+//! `operator`, then clearing the flag).
+//! Same transaction shape as every other decision: the order is CAS'ed (the
+//! flag bumps its version), a history row records the decision and the
+//! `payment.needs_review` outbox event tells the merchant. No aggregate
+//! state changes here.
+
+use super::*;
+use crate::payments::PendingKind;
+use crate::review::{proposal_from, Proposal, ReviewError, ReviewOutcome, PROPOSAL_COLS};
+use sluice_core::{EvidenceSource, Failure, FailureCategory};
+
+/// The history `event_kind` of an escalation.
+pub const ESCALATE_KIND: &str = "COMMAND_ESCALATE_MANUAL_REVIEW";
+
+impl Store {
+    /// Flag the payment of a pending attempt, capture or refund for manual
+    /// review, with `reason`, without changing any state. A payment already
+    /// flagged records an ignored duplicate; an aggregate that turned
+    /// terminal meanwhile records an ignored stale decision (nothing is
+    /// flagged then).
+    pub async fn flag_manual_review(
+        &self,
+        kind: PendingKind,
+        id: &str,
+        reason: &str,
+        provenance: &Provenance,
+    ) -> Result<Applied, StoreError> {
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            // Order first (see the lock order in the module doc of the door):
+            // a change to the aggregate after this read bumps the order's
+            // version and makes the CAS below miss.
+            let payment_id = pending_payment_id(&mut tx, kind, id).await?;
+            let order = order_in(&mut tx, &payment_id).await?;
+            let amounts = amounts_in(&mut tx, &payment_id).await?;
+            let subject = pending_subject(&mut tx, kind, id).await?;
+            let verdict = escalation_verdict(&order, &subject, reason);
+            let plan = Plan {
+                order,
+                amounts,
+                subject,
+                capture_attempt: None,
+                verdict,
+                input: Input::Command(ESCALATE_KIND),
+                provenance,
+                inbox_id: None,
+                inbox_done: false,
+                next_retry_time: None,
+            };
+            match self.carry_out(&mut tx, plan).await? {
+                Step::Done(mut applied) => {
+                    tx.commit().await?;
+                    applied.tries = tries;
+                    log_applied(&applied);
+                    return Ok(applied);
+                }
+                Step::Retry => {
+                    tx.rollback().await?;
+                    cas_backoff(tries).await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "order",
+            id: id.to_owned(),
+            tries: MAX_CAS_TRIES,
+        })
+    }
+}
+
+fn escalation_verdict(order: &PaymentOrder, subject: &Subject, reason: &str) -> Verdict {
+    let mut verdict = Verdict::duplicate(String::new());
+    if order.manual_review {
+        verdict.reason = "the payment is already flagged for manual review".to_owned();
+    } else if is_terminal_state(subject.aggregate, subject.state) {
+        verdict.kind = DecisionKind::IgnoredStale;
+        verdict.reason = format!(
+            "{} {} is already {}: nothing to escalate",
+            subject.aggregate, subject.id, subject.state
+        );
+    } else {
+        // Recorded like contradicting evidence: the door flags the order,
+        // writes history and emits `payment.needs_review`, and moves no state.
+        verdict.kind = DecisionKind::NeedsReconciliation;
+        verdict.reason = reason.to_owned();
+    }
+    verdict
+}
+
+fn is_terminal_state(aggregate: Aggregate, state: &str) -> bool {
+    match aggregate {
+        Aggregate::Attempt => AttemptState::parse(state).is_some_and(|s| s.is_terminal()),
+        Aggregate::Refund => RefundState::parse(state).is_some_and(|s| s.is_terminal()),
+        Aggregate::Capture => CaptureState::parse(state).is_some_and(|s| s.is_terminal()),
+        Aggregate::Order => OrderState::parse(state).is_some_and(|s| s.is_terminal()),
+    }
+}
+
+fn pending_table(kind: PendingKind) -> (&'static str, &'static str) {
+    match kind {
+        PendingKind::Attempt => ("payment_attempts", "attempt"),
+        PendingKind::Refund => ("refunds", "refund"),
+        PendingKind::Capture => ("captures", "capture"),
+    }
+}
+
+/// The payment an attempt, capture or refund belongs to.
+pub(super) async fn pending_payment_id(
+    tx: &mut Tx,
+    kind: PendingKind,
+    id: &str,
+) -> Result<String, StoreError> {
+    let (table, entity) = pending_table(kind);
+    if find_id(tx, table, "id", id).await?.is_none() {
+        return Err(StoreError::not_found(entity, id));
+    }
+    payment_of(tx, table, id).await
+}
+
+/// The attempt, capture or refund `id` as a door subject.
+pub(super) async fn pending_subject(
+    tx: &mut Tx,
+    kind: PendingKind,
+    id: &str,
+) -> Result<Subject, StoreError> {
+    Ok(match kind {
+        PendingKind::Attempt => attempt_subject(&attempt_in(tx, id).await?),
+        PendingKind::Refund => {
+            let refund = refund_in(tx, id).await?;
+            Subject {
+                aggregate: Aggregate::Refund,
+                table: "refunds",
+                id: refund.id.clone(),
+                state: refund.state.as_str(),
+                version: refund.version,
+                reference: Some(refund.reference.clone()),
+                psp_reference: refund.psp_reference.clone(),
+                next_retry_time: refund.next_retry_time,
+            }
+        }
+        PendingKind::Capture => {
+            let capture = capture_in(tx, id).await?;
+            Subject {
+                aggregate: Aggregate::Capture,
+                table: "captures",
+                id: capture.id.clone(),
+                state: capture.state.as_str(),
+                version: capture.version,
+                reference: Some(capture.reference.clone()),
+                psp_reference: capture.psp_reference.clone(),
+                next_retry_time: capture.next_retry_time,
+            }
+        }
+    })
+}
+
+/// The history `event_kind` of clearing the review flag after a resolution.
+pub const RESOLVE_KIND: &str = "COMMAND_RESOLVE_MANUAL_REVIEW";
+
+/// How approving ended inside the transaction.
+enum Approval {
+    /// Commit, then answer with the proposal.
+    Commit(Result<(), ReviewError>),
+    /// Roll back and answer at once (nothing to record).
+    Abort(Result<(), ReviewError>),
+    /// A CAS race: roll back and take the decision again.
+    Retry,
+}
+
+impl Store {
+    /// A second operator approves a proposal: in ONE transaction the proposal
+    /// is claimed (two approvals at once: one applies, the other sees it
+    /// decided), checked against the payment as it is now (a payment that
+    /// moved since the proposal refuses it as stale), the operator event goes
+    /// through the door with evidence `operator` and both people in its
+    /// history, and the payment's review flag clears. Approving again by the
+    /// same approver answers the applied proposal (idempotent).
+    pub async fn approve_proposal(
+        &self,
+        proposal_id: &str,
+        approver_id: &str,
+        note: Option<&str>,
+    ) -> Result<Proposal, ReviewError> {
+        for tries in 1..=MAX_CAS_TRIES {
+            let mut tx = self.begin_write().await?;
+            match self
+                .approve_once(&mut tx, proposal_id, approver_id, note)
+                .await?
+            {
+                Approval::Commit(result) => {
+                    tx.commit().await.map_err(StoreError::from)?;
+                    result?;
+                    return Ok(self.get_proposal(proposal_id).await?);
+                }
+                Approval::Abort(result) => {
+                    tx.rollback().await.map_err(StoreError::from)?;
+                    result?;
+                    return Ok(self.get_proposal(proposal_id).await?);
+                }
+                Approval::Retry => {
+                    tx.rollback().await.map_err(StoreError::from)?;
+                    cas_backoff(tries).await;
+                }
+            }
+        }
+        Err(StoreError::CasExhausted {
+            aggregate: "proposal",
+            id: proposal_id.to_owned(),
+            tries: MAX_CAS_TRIES,
+        }
+        .into())
+    }
+
+    async fn approve_once(
+        &self,
+        tx: &mut Tx,
+        proposal_id: &str,
+        approver_id: &str,
+        note: Option<&str>,
+    ) -> Result<Approval, StoreError> {
+        let proposal = proposal_in(tx, proposal_id).await?;
+        if proposal.status != "proposed" {
+            let same =
+                proposal.status == "applied" && proposal.decided_by.as_deref() == Some(approver_id);
+            return Ok(Approval::Abort(if same {
+                Ok(())
+            } else {
+                Err(ReviewError::AlreadyDecided {
+                    id: proposal.id,
+                    status: proposal.status,
+                })
+            }));
+        }
+        if proposal.proposed_by == approver_id {
+            return Ok(Approval::Abort(Err(ReviewError::SameOperator)));
+        }
+        // Claim it: the row lock (PostgreSQL) or the write lock (SQLite)
+        // makes a racing approval wait, then find it decided.
+        let now = self.now_ms();
+        let claimed = sqlx::query(
+            "UPDATE review_proposals SET decided_by = $2, decided_at = $3, decision_note = $4 \
+             WHERE id = $1 AND status = 'proposed' AND decided_by IS NULL",
+        )
+        .bind(&proposal.id)
+        .bind(approver_id)
+        .bind(now)
+        .bind(note)
+        .execute(&mut **tx)
+        .await?;
+        if claimed.rows_affected() != 1 {
+            return Ok(Approval::Retry);
+        }
+        let proposer = operator_name_in(tx, &proposal.proposed_by).await?;
+        let approver = operator_name_in(tx, approver_id).await?;
+        let provenance = Provenance {
+            actor: Some(format!("operator:{proposer}+operator:{approver}")),
+            trace_id: Some(proposal.id.clone()),
+            ..Provenance::default()
+        };
+        let order = order_in(tx, &proposal.payment_id).await?;
+        if let Some(moved) = moved_since(tx, &proposal, &order).await? {
+            let result = serde_json::json!({ "decision": "stale", "reason": moved });
+            finish_proposal(tx, &proposal.id, "stale", &result).await?;
+            return Ok(Approval::Commit(Err(ReviewError::Stale(moved))));
+        }
+        let outcome =
+            ReviewOutcome::parse(&proposal.outcome).ok_or_else(|| StoreError::Corrupt {
+                table: "review_proposals",
+                detail: format!("unknown outcome {:?}", proposal.outcome),
+            })?;
+        let description = format!(
+            "proposal {} ({}, reason code {}) proposed by {proposer}, approved by {approver}: {}",
+            proposal.id, proposal.outcome, proposal.reason_code, proposal.evidence_note
+        );
+        let mut result = serde_json::json!({ "decision": "applied" });
+        let mut version = order.version;
+        if outcome != ReviewOutcome::Dismiss {
+            let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
+            let applied = match self.apply_event_once(tx, &input).await? {
+                Step::Done(applied) => applied,
+                Step::Retry => return Ok(Approval::Retry),
+            };
+            result = serde_json::json!({
+                "decision": applied.decision.as_str(),
+                "reason": applied.reason,
+                "aggregate": applied.aggregate.as_str(),
+                "aggregate_id": applied.aggregate_id,
+                "from_state": applied.from_state,
+                "to_state": applied.to_state,
+                "order_state": applied.order_state.as_str(),
+                "payment_version": applied.payment_version,
+                "history_ids": applied.history_ids,
+                "outbox_event_ids": applied.outbox_event_ids,
+            });
+            if applied.decision != DecisionKind::Applied {
+                // The door recorded the refusal in history; the flag stays.
+                finish_proposal(tx, &proposal.id, "refused", &result).await?;
+                return Ok(Approval::Commit(Err(ReviewError::Refused(format!(
+                    "{}: {}",
+                    applied.decision.as_str(),
+                    applied.reason
+                )))));
+            }
+            version = applied.payment_version;
+        }
+        if order.manual_review {
+            if !clear_review_flag(tx, &order.id, version, now).await? {
+                return Ok(Approval::Retry);
+            }
+            let state = order_in(tx, &order.id).await?.state;
+            let reason = format!("manual review resolved: {description}");
+            let h = NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "order",
+                aggregate_id: &order.id,
+                from_state: Some(state.as_str()),
+                to_state: state.as_str(),
+                from_version: Some(version),
+                to_version: version + 1,
+                event_kind: RESOLVE_KIND,
+                evidence_source: EvidenceSource::Operator.as_str(),
+                decision: DecisionKind::Applied.as_str(),
+                reason: &reason,
+                provenance: Some(&provenance),
+                ..NewHistory::default()
+            };
+            let id = history::append(tx, &h, now).await?;
+            result["review_cleared_history_id"] = serde_json::json!(id);
+        } else if outcome == ReviewOutcome::Dismiss {
+            // Checked by `moved_since` (the flag bumps the version), kept for clarity.
+            return Ok(Approval::Abort(Err(ReviewError::Stale(
+                "the payment is no longer flagged for manual review".into(),
+            ))));
+        }
+        finish_proposal(tx, &proposal.id, "applied", &result).await?;
+        tracing::info!(payment_id = %order.id, proposal = %proposal.id, outcome = %proposal.outcome,
+            proposer = %proposer, approver = %approver, "operator resolution applied");
+        Ok(Approval::Commit(Ok(())))
+    }
+}
+
+async fn proposal_in(tx: &mut Tx, id: &str) -> Result<Proposal, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {PROPOSAL_COLS} FROM review_proposals WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("proposal", id))?;
+    proposal_from(&row)
+}
+
+async fn operator_name_in(tx: &mut Tx, id: &str) -> Result<String, StoreError> {
+    let row = sqlx::query("SELECT name FROM operators WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("operator", id))?;
+    Ok(row.try_get::<String, _>("name")?)
+}
+
+/// Why the proposal no longer describes the payment, if it does not.
+async fn moved_since(
+    tx: &mut Tx,
+    proposal: &Proposal,
+    order: &PaymentOrder,
+) -> Result<Option<String>, StoreError> {
+    if order.version != proposal.payment_version {
+        return Ok(Some(format!(
+            "payment {} is at version {}, the proposal saw version {}",
+            order.id, order.version, proposal.payment_version
+        )));
+    }
+    let (state, version) = match proposal.target_type.as_str() {
+        "attempt" => {
+            let a = attempt_in(tx, &proposal.target_id).await?;
+            (a.state.as_str(), a.version)
+        }
+        "refund" => {
+            let r = refund_in(tx, &proposal.target_id).await?;
+            (r.state.as_str(), r.version)
+        }
+        "capture" => {
+            let c = capture_in(tx, &proposal.target_id).await?;
+            (c.state.as_str(), c.version)
+        }
+        _ => (order.state.as_str(), order.version),
+    };
+    if state != proposal.target_state || version != proposal.target_version {
+        return Ok(Some(format!(
+            "{} {} is {state} at version {version}, the proposal saw {} at version {}",
+            proposal.target_type,
+            proposal.target_id,
+            proposal.target_state,
+            proposal.target_version
+        )));
+    }
+    Ok(None)
+}
+
+/// The controlled event an approved proposal puts through the door.
+async fn operator_event(
+    tx: &mut Tx,
+    proposal: &Proposal,
+    outcome: ReviewOutcome,
+    provenance: Provenance,
+) -> Result<ApplyEvent, StoreError> {
+    use EventKind as K;
+    let failure = || {
+        Some(Failure {
+            category: FailureCategory::Declined,
+            code: proposal.reason_code.clone(),
+            message: proposal.evidence_note.clone(),
+        })
+    };
+    let (kind, failure) = match outcome {
+        ReviewOutcome::AttemptSucceeded => (K::PaymentSucceeded, None),
+        ReviewOutcome::AttemptFailed => (K::PaymentFailed, failure()),
+        ReviewOutcome::AttemptCanceled => (K::PaymentCanceled, None),
+        ReviewOutcome::RefundSucceeded => (K::RefundSucceeded, None),
+        ReviewOutcome::RefundFailed => (K::RefundFailed, failure()),
+        ReviewOutcome::CaptureSucceeded => (K::PaymentCaptured, None),
+        ReviewOutcome::CaptureFailed => (K::CaptureFailed, failure()),
+        ReviewOutcome::Dismiss => {
+            return Err(StoreError::Unapplicable(
+                "a dismissal carries no event".into(),
+            ))
+        }
+    };
+    let mut event = PaymentEvent::new(kind, EvidenceSource::Operator);
+    event.failure = failure;
+    // Unique per proposal: the door's dedupe sees a re-application as a duplicate.
+    event.provider_event_id = Some(format!("review:{}", proposal.id));
+    event.raw_status = format!(
+        "operator resolution {}: {}",
+        proposal.id, proposal.reason_code
+    );
+    let target = match outcome.target_kind() {
+        Some(PendingKind::Attempt) => {
+            let reference = attempt_in(tx, &proposal.target_id).await?.reference;
+            event.attempt_reference = Some(reference.clone());
+            EventTarget::Attempt(reference)
+        }
+        Some(PendingKind::Refund) => {
+            let reference = refund_in(tx, &proposal.target_id).await?.reference;
+            event.action_reference = Some(reference.clone());
+            EventTarget::Refund(reference)
+        }
+        Some(PendingKind::Capture) => {
+            let reference = capture_in(tx, &proposal.target_id).await?.reference;
+            event.action_reference = Some(reference.clone());
+            EventTarget::Capture(reference)
+        }
+        None => {
+            return Err(StoreError::Unapplicable(
+                "a dismissal carries no event".into(),
+            ))
+        }
+    };
+    Ok(ApplyEvent {
+        target,
+        event,
+        provenance,
+        inbox_id: None,
+        next_retry_time: None,
+    })
+}
+
+async fn clear_review_flag(
+    tx: &mut Tx,
+    payment_id: &str,
+    version: i64,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE payment_orders SET manual_review = 0, manual_review_reason = NULL, \
+            version = version + 1, updated_at = $3 WHERE id = $1 AND version = $2",
+    )
+    .bind(payment_id)
+    .bind(version)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+async fn finish_proposal(
+    tx: &mut Tx,
+    id: &str,
+    status: &str,
+    result: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE review_proposals SET status = $2, result_json = $3 WHERE id = $1")
+        .bind(id)
+        .bind(status)
+        .bind(result.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
