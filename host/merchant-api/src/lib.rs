@@ -1,6 +1,8 @@
 //! Sluice's merchant HTTP API (`/v1/...`), the PSP webhook route
 //! (`/webhooks/{adapter}/{connector_account}`), merchant administration
-//! (`/admin/merchants...`) and the OpenAPI document (`/openapi.json`).
+//! (`/admin/merchants...`), operator review (`/admin/operators`,
+//! `/admin/review/...`: two-person resolutions, see [`review`]) and the
+//! OpenAPI document (`/openapi.json`).
 //!
 //! The binary (`sluice-server`) mounts [`router`] and [`admin_router`]; this
 //! crate owns no listener, config file or background task.
@@ -20,6 +22,7 @@ pub mod openapi;
 pub mod operations;
 pub mod payments;
 pub mod requests;
+pub mod review;
 pub mod views;
 pub mod webhooks;
 
@@ -249,6 +252,12 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
             admin::create_connector_account,
             admin::list_connector_accounts
         ))
+        .routes(routes!(review::create_operator))
+        .routes(routes!(review::review_queue))
+        .routes(routes!(review::review_payment))
+        .routes(routes!(review::create_proposal))
+        .routes(routes!(review::approve_proposal))
+        .routes(routes!(review::reject_proposal))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::metrics;
+
 use sluice_adapter_runtime::{AdapterHandle, ConnectorAccountScope};
 use sluice_core::PaymentEvent;
 
@@ -139,10 +141,14 @@ pub(crate) async fn perform(
 ) -> CallOutcome {
     let started = Instant::now();
     let sent = transport.send(request, &connector.budget).await;
-    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    let adapter = connector.adapter.identity().name.as_str();
+    let operation = spec.operation.as_str();
     let response = match sent {
         Ok(response) => response,
         Err(error) => {
+            metrics::observe(adapter, operation, elapsed, "unknown", error.code());
             tracing::warn!(operation = %spec.operation, elapsed_ms, error = %error,
                 "PSP call got no answer: outcome unknown");
             return CallOutcome::Unknown {
@@ -157,7 +163,19 @@ pub(crate) async fn perform(
         .adapter
         .parse_response(&connector.scope, spec.to_wit(), response)
         .await;
-    interpret(spec, status, parsed)
+    let outcome = interpret(spec, status, parsed);
+    let label = match outcome {
+        CallOutcome::Answered(_) => "answered",
+        CallOutcome::Unknown { .. } => "unknown",
+    };
+    metrics::observe(
+        adapter,
+        operation,
+        elapsed,
+        label,
+        metrics::status_class(status),
+    );
+    outcome
 }
 
 type Parsed = Result<

@@ -30,6 +30,7 @@ pub mod config;
 pub mod convert;
 mod error;
 pub mod inbox;
+mod metrics;
 mod orchestrator;
 pub mod transport;
 pub mod webhook;
@@ -40,6 +41,7 @@ pub use commands::{CaptureView, ConfirmOptions, CreatePayment, Created, PaymentV
 pub use config::{InboxConfig, OrchestratorConfig};
 pub use error::OrchestratorError;
 pub use inbox::{InboxRound, Replayed};
+pub use metrics::register_metrics;
 pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};
 pub use transport::{CallBudget, PspTransport, ReqwestTransport};
 pub use webhook::{InboxReceipt, RejectionKind, WebhookOutcome};

@@ -11,4 +11,5 @@ mod idempotency;
 mod openapi;
 mod operations;
 mod payments;
+mod review;
 mod webhooks;

@@ -1,0 +1,477 @@
+//! Operator review under `/admin/review` (seed 001 §10): what automation
+//! could not prove, and two-person resolutions of it.
+//!
+//! Every route sits behind the server's admin token AND needs the calling
+//! operator's own key in the `Sluice-Operator-Key` header: operators are
+//! individually identified (`POST /admin/operators` issues a key, shown
+//! once, stored only as a keyed hash), so one person cannot approve their
+//! own proposal by typing another name. A proposal is applied only when a
+//! second, different operator approves it; approval puts an event of
+//! evidence `operator` through the store's one door (never a direct status
+//! update), history names both people and the manual-review flag clears.
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use sluice_store::{NewProposal, Operator, Proposal, ReviewError, ReviewOutcome};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ErrorBody, ErrorType};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
+use crate::payments::json;
+use crate::requests as req;
+use crate::views::{PaymentResource, TimelineEvent};
+use crate::MerchantApiState;
+
+/// The header that names the calling operator.
+pub const OPERATOR_KEY_HEADER: &str = "sluice-operator-key";
+
+const MAX_NAME_CHARS: usize = 100;
+const MAX_REASON_CODE_CHARS: usize = 64;
+const MAX_NOTE_CHARS: usize = 4000;
+/// Default age after which an UNKNOWN is listed for review: 15 minutes.
+const DEFAULT_UNKNOWN_AGE_MS: i64 = 15 * 60 * 1000;
+const MAX_QUEUE: i64 = 100;
+
+/// The operator who sent the request, from `Sluice-Operator-Key`.
+#[derive(Debug, Clone)]
+pub struct AuthedOperator(pub Operator);
+
+impl FromRequestParts<MerchantApiState> for AuthedOperator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &MerchantApiState,
+    ) -> Result<Self, ApiError> {
+        let missing = || {
+            ApiError::unauthorized(
+                "operator_key_missing",
+                "operator review needs the operator's own key in the Sluice-Operator-Key header",
+            )
+        };
+        let key = parts
+            .headers
+            .get(OPERATOR_KEY_HEADER)
+            .ok_or_else(missing)?
+            .to_str()
+            .map_err(|_| missing())?
+            .trim();
+        if key.is_empty() || key.len() > 256 {
+            return Err(missing());
+        }
+        match state
+            .store
+            .authenticate_operator(key, &state.pepper)
+            .await?
+        {
+            Some(operator) => Ok(AuthedOperator(operator)),
+            None => {
+                tracing::info!("operator request with an unknown or disabled key refused");
+                Err(ApiError::unauthorized(
+                    "operator_key_invalid",
+                    "the operator key is not valid or the operator is disabled",
+                ))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOperatorRequest {
+    /// Unique, e.g. `alice`. Recorded in history as `operator:<name>`.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OperatorView {
+    pub id: String,
+    /// Always `operator`.
+    pub object: String,
+    pub name: String,
+    pub key_prefix: String,
+    pub created_at: i64,
+}
+
+/// A freshly created operator: `key` is shown this once.
+#[derive(Serialize, ToSchema)]
+pub struct IssuedOperatorView {
+    #[serde(flatten)]
+    pub operator: OperatorView,
+    /// The operator's key, for the `Sluice-Operator-Key` header. Only its
+    /// keyed hash is kept.
+    pub key: String,
+}
+
+impl From<&Operator> for OperatorView {
+    fn from(o: &Operator) -> Self {
+        OperatorView {
+            id: o.id.clone(),
+            object: "operator".into(),
+            name: o.name.clone(),
+            key_prefix: o.key_prefix.clone(),
+            created_at: o.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProposalView {
+    pub id: String,
+    /// Always `review_proposal`.
+    pub object: String,
+    pub payment_id: String,
+    /// `order`, `attempt`, `capture` or `refund`.
+    pub target_type: String,
+    pub target_id: String,
+    /// `attempt_succeeded`, `attempt_failed`, `attempt_canceled`,
+    /// `refund_succeeded`, `refund_failed`, `capture_succeeded`,
+    /// `capture_failed` or `dismiss`.
+    pub outcome: String,
+    pub reason_code: String,
+    pub evidence_note: String,
+    /// The payment's version the proposer saw; approval is refused once it moved.
+    pub payment_version: i64,
+    pub target_state: String,
+    pub target_version: i64,
+    /// Operator id.
+    pub proposed_by: String,
+    pub proposed_at: i64,
+    /// `proposed`, `applied`, `rejected`, `refused` (the door refused the
+    /// event) or `stale` (the payment moved after the proposal).
+    pub status: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    pub decision_note: Option<String>,
+    /// What the door decided on approval.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+}
+
+impl From<&Proposal> for ProposalView {
+    fn from(p: &Proposal) -> Self {
+        ProposalView {
+            id: p.id.clone(),
+            object: "review_proposal".into(),
+            payment_id: p.payment_id.clone(),
+            target_type: p.target_type.clone(),
+            target_id: p.target_id.clone(),
+            outcome: p.outcome.clone(),
+            reason_code: p.reason_code.clone(),
+            evidence_note: p.evidence_note.clone(),
+            payment_version: p.payment_version,
+            target_state: p.target_state.clone(),
+            target_version: p.target_version,
+            proposed_by: p.proposed_by.clone(),
+            proposed_at: p.proposed_at,
+            status: p.status.clone(),
+            decided_by: p.decided_by.clone(),
+            decided_at: p.decided_at,
+            decision_note: p.decision_note.clone(),
+            result: p.result.clone(),
+        }
+    }
+}
+
+/// One payment to review: its state, its timeline and its proposals.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReviewItem {
+    /// Always `review_item`.
+    pub object: String,
+    pub payment: PaymentResource,
+    pub timeline: Vec<TimelineEvent>,
+    pub proposals: Vec<ProposalView>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReviewQueue {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<ReviewItem>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewQueueQuery {
+    /// List UNKNOWN attempts, captures and refunds older than this many
+    /// milliseconds (default 15 minutes), besides flagged payments.
+    pub unknown_older_than_ms: Option<i64>,
+    /// At most this many payments (1 to 100, default 100).
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProposalRequest {
+    /// See [`ProposalView::outcome`].
+    pub outcome: String,
+    /// The attempt, capture or refund id the outcome is about (not for `dismiss`).
+    pub target_id: Option<String>,
+    /// A short code, e.g. `psp_settlement_report`.
+    pub reason_code: String,
+    /// What the evidence is and where it is kept.
+    pub evidence_note: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideProposalRequest {
+    pub note: Option<String>,
+}
+
+fn review_error(error: ReviewError) -> ApiError {
+    match error {
+        ReviewError::SameOperator => ApiError::new(
+            StatusCode::FORBIDDEN,
+            ErrorType::InvalidRequestError,
+            "same_operator",
+            error.to_string(),
+        ),
+        ReviewError::AlreadyDecided { .. } => {
+            ApiError::conflict("proposal_already_decided", error.to_string())
+        }
+        ReviewError::Stale(_) => ApiError::conflict("proposal_stale", error.to_string()),
+        ReviewError::Refused(_) => ApiError::conflict("resolution_refused", error.to_string()),
+        ReviewError::NotApplicable(_) => {
+            ApiError::bad_request("proposal_invalid", error.to_string())
+        }
+        ReviewError::Store(e) => e.into(),
+    }
+}
+
+fn id_or_404(id: &str, what: &str) -> Result<String, ApiError> {
+    if req::looks_like_id(id) {
+        Ok(id.to_owned())
+    } else {
+        Err(ApiError::not_found(
+            "resource_missing",
+            format!("no such {what}"),
+        ))
+    }
+}
+
+async fn review_item(state: &MerchantApiState, payment_id: &str) -> Result<ReviewItem, ApiError> {
+    let details = state.store.payment_details(None, payment_id).await?;
+    let timeline = state.store.timeline(payment_id).await?;
+    let proposals = state.store.proposals_for_payment(payment_id).await?;
+    Ok(ReviewItem {
+        object: "review_item".into(),
+        payment: PaymentResource::from_details(&details, state.store.now_ms()),
+        timeline: timeline.iter().map(TimelineEvent::from).collect(),
+        proposals: proposals.iter().map(ProposalView::from).collect(),
+    })
+}
+
+/// Create an operator (admin token only). The key is shown this once.
+#[utoipa::path(
+    post, path = "/admin/operators", tag = "review",
+    request_body = CreateOperatorRequest,
+    responses((status = 201, body = IssuedOperatorView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn create_operator(
+    State(state): State<MerchantApiState>,
+    ApiJson(body): ApiJson<CreateOperatorRequest>,
+) -> Result<Response, ApiError> {
+    let name = req::required_text(&body.name, "name", MAX_NAME_CHARS)?;
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            "name",
+            "name may hold only letters, digits, '.', '_' and '-'",
+        ));
+    }
+    let issued = state.store.create_operator(&name, &state.pepper).await?;
+    tracing::info!(operator = %issued.operator.id, name = %issued.operator.name, "operator created");
+    Ok(json(
+        StatusCode::CREATED,
+        &IssuedOperatorView {
+            operator: OperatorView::from(&issued.operator),
+            key: issued.key.clone(),
+        },
+    ))
+}
+
+/// Payments to review: flagged for manual review, or with an UNKNOWN
+/// attempt, capture or refund past its age; each with timeline and proposals.
+#[utoipa::path(
+    get, path = "/admin/review/payments", tag = "review",
+    params(ReviewQueueQuery, ("Sluice-Operator-Key" = String, Header)),
+    responses((status = 200, body = ReviewQueue), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn review_queue(
+    State(state): State<MerchantApiState>,
+    _operator: AuthedOperator,
+    ApiQuery(query): ApiQuery<ReviewQueueQuery>,
+) -> Result<Response, ApiError> {
+    let age = query
+        .unknown_older_than_ms
+        .unwrap_or(DEFAULT_UNKNOWN_AGE_MS);
+    if age < 0 {
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            "unknown_older_than_ms",
+            "unknown_older_than_ms must not be negative",
+        ));
+    }
+    let limit = query.limit.unwrap_or(MAX_QUEUE);
+    if !(1..=MAX_QUEUE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            "limit",
+            format!("limit must be between 1 and {MAX_QUEUE}"),
+        ));
+    }
+    let before = state.store.now_ms().saturating_sub(age);
+    let ids = state.store.review_queue(before, limit).await?;
+    let mut data = Vec::with_capacity(ids.len());
+    for id in &ids {
+        data.push(review_item(&state, id).await?);
+    }
+    Ok(json(
+        StatusCode::OK,
+        &ReviewQueue {
+            object: "list".into(),
+            data,
+        },
+    ))
+}
+
+/// One payment with its timeline and proposals.
+#[utoipa::path(
+    get, path = "/admin/review/payments/{payment_id}", tag = "review",
+    params(("payment_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    responses((status = 200, body = ReviewItem), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn review_payment(
+    State(state): State<MerchantApiState>,
+    _operator: AuthedOperator,
+    ApiPath(payment_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let payment_id = id_or_404(&payment_id, "payment")?;
+    Ok(json(
+        StatusCode::OK,
+        &review_item(&state, &payment_id).await?,
+    ))
+}
+
+/// Propose a resolution. Changes no payment state; a second operator decides.
+#[utoipa::path(
+    post, path = "/admin/review/payments/{payment_id}/proposals", tag = "review",
+    params(("payment_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    request_body = CreateProposalRequest,
+    responses((status = 201, body = ProposalView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn create_proposal(
+    State(state): State<MerchantApiState>,
+    AuthedOperator(operator): AuthedOperator,
+    ApiPath(payment_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CreateProposalRequest>,
+) -> Result<Response, ApiError> {
+    let payment_id = id_or_404(&payment_id, "payment")?;
+    let outcome = ReviewOutcome::parse(&body.outcome).ok_or_else(|| {
+        let names: Vec<&str> = ReviewOutcome::ALL.iter().map(|o| o.as_str()).collect();
+        ApiError::invalid(
+            "parameter_invalid",
+            "outcome",
+            format!("outcome must be one of {}", names.join(", ")),
+        )
+    })?;
+    let target_id = match (outcome.target_kind(), body.target_id.as_deref()) {
+        (None, _) => None,
+        (Some(_), Some(id)) if req::looks_like_id(id) => Some(id.to_owned()),
+        (Some(_), _) => {
+            return Err(ApiError::invalid(
+                "parameter_invalid",
+                "target_id",
+                format!(
+                    "outcome {} needs target_id, the id of the {}",
+                    outcome.as_str(),
+                    outcome.target_type()
+                ),
+            ))
+        }
+    };
+    let reason_code = req::required_text(&body.reason_code, "reason_code", MAX_REASON_CODE_CHARS)?;
+    let evidence_note = req::required_text(&body.evidence_note, "evidence_note", MAX_NOTE_CHARS)?;
+    let proposal = state
+        .store
+        .create_proposal(&NewProposal {
+            payment_id,
+            outcome,
+            target_id,
+            reason_code,
+            evidence_note,
+            proposed_by: operator.id.clone(),
+        })
+        .await
+        .map_err(review_error)?;
+    Ok(json(StatusCode::CREATED, &ProposalView::from(&proposal)))
+}
+
+/// Approve a proposal (a different operator than the proposer). Applies the
+/// operator event through the one door; idempotent for the same approver.
+#[utoipa::path(
+    post, path = "/admin/review/proposals/{proposal_id}/approve", tag = "review",
+    params(("proposal_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    request_body = DecideProposalRequest,
+    responses((status = 200, body = ProposalView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn approve_proposal(
+    State(state): State<MerchantApiState>,
+    AuthedOperator(operator): AuthedOperator,
+    ApiPath(proposal_id): ApiPath<String>,
+    OptionalJson(body): OptionalJson<DecideProposalRequest>,
+) -> Result<Response, ApiError> {
+    let proposal_id = id_or_404(&proposal_id, "proposal")?;
+    let note = req::optional_text(body.note.as_deref(), "note", MAX_NOTE_CHARS)?;
+    let proposal = state
+        .store
+        .approve_proposal(&proposal_id, &operator.id, note.as_deref())
+        .await
+        .map_err(review_error)?;
+    Ok(json(StatusCode::OK, &ProposalView::from(&proposal)))
+}
+
+/// Reject a proposal (a different operator than the proposer). Changes no
+/// payment state.
+#[utoipa::path(
+    post, path = "/admin/review/proposals/{proposal_id}/reject", tag = "review",
+    params(("proposal_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    request_body = DecideProposalRequest,
+    responses((status = 200, body = ProposalView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn reject_proposal(
+    State(state): State<MerchantApiState>,
+    AuthedOperator(operator): AuthedOperator,
+    ApiPath(proposal_id): ApiPath<String>,
+    OptionalJson(body): OptionalJson<DecideProposalRequest>,
+) -> Result<Response, ApiError> {
+    let proposal_id = id_or_404(&proposal_id, "proposal")?;
+    let note =
+        req::optional_text(body.note.as_deref(), "note", MAX_NOTE_CHARS)?.unwrap_or_default();
+    let proposal = state
+        .store
+        .reject_proposal(&proposal_id, &operator.id, &note)
+        .await
+        .map_err(review_error)?;
+    Ok(json(StatusCode::OK, &ProposalView::from(&proposal)))
+}
+
+/// Store errors of the review routes keep their usual mapping.
+impl From<ReviewError> for ApiError {
+    fn from(error: ReviewError) -> Self {
+        review_error(error)
+    }
+}

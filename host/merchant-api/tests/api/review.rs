@@ -1,0 +1,189 @@
+//! Operator review over real HTTP (seed 001 §10): a second, different
+//! operator approves; approval goes through the one door; history names both.
+
+use std::time::Duration;
+
+use crate::common::{payment_body, Gateway, Mode, PspRoute, Reply, TestMerchant, ADMIN_TOKEN};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use serde_json::{json, Value};
+
+const OPERATOR_HEADER: &str = "Sluice-Operator-Key";
+
+async fn operator(gw: &Gateway, name: &str) -> String {
+    let issued = gw
+        .admin_post("/admin/operators", &json!({"name": name}))
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(issued["name"], name);
+    issued["key"].as_str().expect("key shown once").to_owned()
+}
+
+async fn as_operator(gw: &Gateway, key: &str, path: &str, body: Option<&Value>) -> Reply {
+    let request = match body {
+        Some(body) => gw
+            .http
+            .post(gw.url(path))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string()),
+        None => gw.http.get(gw.url(path)),
+    };
+    gw.send(
+        request
+            .header(AUTHORIZATION, format!("Bearer {ADMIN_TOKEN}"))
+            .header(OPERATOR_HEADER, key),
+    )
+    .await
+}
+
+/// A payment whose sale the PSP committed while the host timed out: UNKNOWN.
+async fn unknown_payment(gw: &Gateway, m: &TestMerchant, order_no: &str) -> (String, String) {
+    gw.psp.set_mode(
+        PspRoute::Payments,
+        Mode::TimeoutAfterCommit(Duration::from_secs(3)),
+    );
+    let mut body = payment_body(order_no, 700);
+    body["connector_account"] = json!(m.account);
+    body["confirm"] = json!(true);
+    let p = gw
+        .post(&m.key, "/v1/payments", &body)
+        .await
+        .expect(201)
+        .json();
+    gw.psp.set_mode(PspRoute::Payments, Mode::Succeed);
+    assert_eq!(p["attempts"][0]["state"], "UNKNOWN", "{p}");
+    (
+        p["id"].as_str().unwrap().to_owned(),
+        p["attempts"][0]["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn proposal_body(outcome: &str, target: &str) -> Value {
+    json!({
+        "outcome": outcome,
+        "target_id": target,
+        "reason_code": "psp_settlement_report",
+        "evidence_note": "the PSP's settlement report lists the charge"
+    })
+}
+
+dual_test! {
+    async fn a_second_operator_approves_over_http_the_event_goes_through_the_door_and_history_names_both(gw) {
+        let m = gw.merchant("Acme").await;
+        let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-1").await;
+        let alice = operator(gw, "alice").await;
+        let bob = operator(gw, "bob").await;
+        assert!(alice.starts_with("op_sluice_"));
+
+        // The admin token alone is not an operator.
+        gw.admin_get("/admin/review/payments").await.expect_error(401, "operator_key_missing");
+        as_operator(gw, "op_sluice_forged", "/admin/review/payments", None)
+            .await
+            .expect_error(401, "operator_key_invalid");
+
+        let queue = as_operator(gw, &alice, "/admin/review/payments?unknown_older_than_ms=0", None)
+            .await
+            .expect(200)
+            .json();
+        let item = queue["data"].as_array().unwrap().iter()
+            .find(|i| i["payment"]["id"] == payment_id.as_str())
+            .expect("the UNKNOWN payment is listed");
+        assert_eq!(item["payment"]["attempts"][0]["state"], "UNKNOWN");
+        assert!(item["timeline"].as_array().unwrap().iter().any(|e| e["to_state"] == "UNKNOWN"), "{item}");
+
+        let proposal = as_operator(gw, &alice, &format!("/admin/review/payments/{payment_id}/proposals"),
+            Some(&proposal_body("attempt_succeeded", &attempt_id)))
+            .await
+            .expect(201)
+            .json();
+        assert_eq!(proposal["status"], "proposed");
+        let approve = format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap());
+
+        // The proposer cannot approve, whatever name they type.
+        as_operator(gw, &alice, &approve, Some(&json!({"note": "I am bob"})))
+            .await
+            .expect_error(403, "same_operator");
+        let still = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.expect(200).json();
+        assert_eq!(still["attempts"][0]["state"], "UNKNOWN", "nothing applied");
+
+        let applied = as_operator(gw, &bob, &approve, Some(&json!({"note": "checked the report"})))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(applied["status"], "applied", "{applied}");
+        assert_eq!(applied["result"]["decision"], "applied", "{applied}");
+        let after = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.expect(200).json();
+        assert_eq!(after["status"], "succeeded", "{after}");
+        assert_eq!(after["attempts"][0]["state"], "SUCCEEDED");
+        assert_eq!(gw.psp.payments().len(), 1, "no new charge: the operator records, never charges");
+
+        let timeline = gw.get(&m.key, &format!("/v1/payments/{payment_id}/timeline")).await.expect(200).json();
+        let entry = timeline["data"].as_array().unwrap().iter()
+            .find(|e| e["aggregate_type"] == "attempt" && e["to_state"] == "SUCCEEDED")
+            .expect("the operator event is in the timeline");
+        assert_eq!(entry["source"], "operator");
+        assert_eq!(entry["actor"], "operator:alice+operator:bob");
+
+        // Approving again is idempotent for the approver.
+        let again = as_operator(gw, &bob, &approve, Some(&json!({}))).await.expect(200).json();
+        assert_eq!(again, applied);
+        let item = as_operator(gw, &bob, &format!("/admin/review/payments/{payment_id}"), None)
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(item["proposals"][0]["status"], "applied");
+    }
+}
+
+dual_test! {
+    async fn a_stale_proposal_and_bad_input_are_refused_with_json_errors_and_change_nothing(gw) {
+        let m = gw.merchant("Acme").await;
+        let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-2").await;
+        let alice = operator(gw, "alice").await;
+        let bob = operator(gw, "bob").await;
+        let proposals = format!("/admin/review/payments/{payment_id}/proposals");
+
+        for (body, status, code) in [
+            (proposal_body("teleport", &attempt_id), 400, "parameter_invalid"),
+            (json!({"outcome": "attempt_failed", "reason_code": "x", "evidence_note": "y"}), 400, "parameter_invalid"),
+            (json!({"outcome": "attempt_failed", "target_id": attempt_id, "reason_code": "", "evidence_note": "y"}), 400, "string_invalid"),
+            (json!({"outcome": "attempt_failed", "target_id": attempt_id, "reason_code": "x", "evidence_note": "y", "force": true}), 400, "unknown_parameter"),
+            (proposal_body("refund_failed", &attempt_id), 404, "resource_missing"),
+        ] {
+            let reply = as_operator(gw, &alice, &proposals, Some(&body)).await;
+            let error = reply.expect_error(status, code);
+            assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+        as_operator(gw, &alice, "/admin/review/payments/pay_missing/proposals", Some(&proposal_body("attempt_failed", &attempt_id)))
+            .await
+            .expect_error(404, "resource_missing");
+        as_operator(gw, &bob, "/admin/review/proposals/rvp_missing/approve", Some(&json!({})))
+            .await
+            .expect_error(404, "resource_missing");
+        gw.admin_post("/admin/operators", &json!({"name": "alice"})).await.expect_error(409, "conflict");
+        assert_eq!(gw.count("review_proposals").await, 0, "bad input changes nothing");
+
+        let proposal = as_operator(gw, &alice, &proposals, Some(&proposal_body("attempt_failed", &attempt_id)))
+            .await
+            .expect(201)
+            .json();
+        // Meanwhile a query finds the charge the PSP committed.
+        gw.orch
+            .advance(sluice_orchestrator::Target::Attempt(attempt_id.clone()), sluice_orchestrator::Trigger::Operator)
+            .await
+            .unwrap();
+        let before = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.expect(200).json();
+        assert_eq!(before["attempts"][0]["state"], "SUCCEEDED");
+        let timeline = gw.get(&m.key, &format!("/v1/payments/{payment_id}/timeline")).await.json();
+
+        let stale = as_operator(gw, &bob, &format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap()), Some(&json!({})))
+            .await;
+        let error = stale.expect_error(409, "proposal_stale");
+        assert!(error["message"].as_str().unwrap().contains("moved since the proposal"), "{error}");
+        let after = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.json();
+        assert_eq!(after, before, "a stale approval changes nothing");
+        assert_eq!(gw.get(&m.key, &format!("/v1/payments/{payment_id}/timeline")).await.json(), timeline);
+        let item = as_operator(gw, &bob, &format!("/admin/review/payments/{payment_id}"), None).await.json();
+        assert_eq!(item["proposals"][0]["status"], "stale");
+    }
+}
