@@ -82,7 +82,9 @@ pub use fulfillment::{
     ReviewReason,
 };
 pub use money::{Currency, Money, MoneyError};
-pub use projection::{client_status, refund_client_status, ClientStatus, PaymentView};
+pub use projection::{
+    client_status, refund_client_status, refund_reason, ClientStatus, PaymentView,
+};
 pub use recovery::{
     decide_recovery, outbox_retry_delay, OutboxRetryPolicy, PendingItem, PendingState,
     RecoveryAction, RecoveryPolicy,

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::amounts::Amounts;
+use crate::fulfillment::{CompensationReason, FulfillmentState};
 use crate::state::{AttemptState, OrderState, RefundState};
 
 /// The payment status a merchant's client sees.
@@ -86,6 +87,24 @@ pub fn client_status(view: &PaymentView) -> ClientStatus {
     }
 }
 
+/// Why a payment's money went back, shown with `refunded` (or
+/// `partially_refunded`): the compensation reason once the compensation
+/// refund settled (fulfillment `compensated`). Nothing is claimed before the
+/// refund's success, and an ordinary merchant refund has no such reason.
+pub fn refund_reason(
+    status: ClientStatus,
+    fulfillment: Option<FulfillmentState>,
+    compensation: Option<CompensationReason>,
+) -> Option<CompensationReason> {
+    match (status, fulfillment) {
+        (
+            ClientStatus::Refunded | ClientStatus::PartiallyRefunded,
+            Some(FulfillmentState::Compensated),
+        ) => compensation,
+        _ => None,
+    }
+}
+
 fn refund_progress(amounts: &Amounts) -> ClientStatus {
     // Only settled refunds count; a reserved or unknown refund is not money back.
     if amounts.refunded > 0 && amounts.refunded >= amounts.captured {
@@ -123,5 +142,41 @@ pub fn refund_client_status(state: RefundState) -> &'static str {
         RefundState::Succeeded => "succeeded",
         RefundState::Failed => "failed",
         RefundState::Canceled => "canceled",
+    }
+}
+
+#[cfg(test)]
+mod refund_reason_tests {
+    use super::*;
+
+    #[test]
+    fn the_compensation_reason_is_shown_only_once_the_compensation_refund_settled() {
+        let reason = Some(CompensationReason::FulfillmentDeadlinePassed);
+        assert_eq!(
+            refund_reason(
+                ClientStatus::Refunded,
+                Some(FulfillmentState::Compensated),
+                reason
+            ),
+            reason
+        );
+        // Being refunded is not refunded; a merchant refund has no reason.
+        assert_eq!(
+            refund_reason(
+                ClientStatus::Succeeded,
+                Some(FulfillmentState::Compensating),
+                reason
+            ),
+            None
+        );
+        assert_eq!(
+            refund_reason(
+                ClientStatus::Refunded,
+                Some(FulfillmentState::Fulfilled),
+                None
+            ),
+            None
+        );
+        assert_eq!(refund_reason(ClientStatus::Refunded, None, None), None);
     }
 }

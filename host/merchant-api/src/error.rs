@@ -304,7 +304,31 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
                 "the PSP adapter failed for this call; retry later",
             )
         }
+        OrchestratorError::FulfillmentRefused(refusal) => fulfillment_refusal(&refusal),
         OrchestratorError::Store(store) => store_error(store),
+    }
+}
+
+/// A refused fulfillment confirmation. The message always says what
+/// happened to the money (returned, being returned, or not moved).
+pub fn fulfillment_refusal(refusal: &sluice_core::FulfillmentRefusal) -> ApiError {
+    use sluice_core::FulfillmentRefusal as R;
+    let message = refusal.to_string();
+    match refusal {
+        R::UnknownAttempt { .. } => {
+            ApiError::invalid("fulfillment_attempt_unknown", "attempt_reference", message)
+        }
+        R::RefundInProgress { .. } => {
+            ApiError::conflict("fulfillment_compensation_in_progress", message)
+        }
+        R::Refunded { .. } => ApiError::conflict("fulfillment_refunded", message),
+        R::UnderReview(_) => ApiError::conflict("fulfillment_under_review", message),
+        R::AlreadyFulfilled { .. } => ApiError::conflict("fulfillment_already_fulfilled", message),
+        R::PaymentNotSucceeded => ApiError::conflict(
+            "payment_not_succeeded",
+            format!("{message}; no money was taken, so nothing can be fulfilled"),
+        ),
+        _ => ApiError::conflict("fulfillment_state_invalid", message),
     }
 }
 

@@ -213,6 +213,7 @@ fn v1_handlers() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(operations::capture))
         .routes(routes!(operations::void))
         .routes(routes!(operations::refund))
+        .routes(routes!(operations::confirm_fulfillment))
 }
 
 /// The handlers behind their layers (see the crate doc for the order).

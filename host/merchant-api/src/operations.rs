@@ -12,10 +12,11 @@ use sluice_store::PaymentOrder;
 
 use crate::auth::AuthedMerchant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiPath, OptionalJson};
+use crate::extract::{ApiJson, ApiPath, OptionalJson};
 use crate::payments::{json, payment_id_or_404, record_payment_id};
 use crate::requests::{
-    self as req, CaptureRequestBody, ConfirmPaymentRequest, RefundRequestBody, VoidRequestBody,
+    self as req, CaptureRequestBody, ConfirmPaymentRequest, FulfillmentConfirmation,
+    RefundRequestBody, VoidRequestBody,
 };
 use crate::views::{PaymentResource, RefundView};
 use crate::MerchantApiState;
@@ -217,4 +218,54 @@ pub async fn refund(
     tracing::info!(payment_id = %order.id, refund_id = %refunded.refund.id,
         state = %refunded.refund.state, "refund requested");
     Ok(json(StatusCode::OK, &RefundView::from(&refunded.refund)))
+}
+
+/// Confirm that the business goal of a payment with a fulfillment block was
+/// reached (push mode), attributed to an attempt reference.
+#[utoipa::path(
+    post, path = "/v1/payments/{id}/fulfillment", tag = "payments",
+    params(
+        ("id" = String, Path, description = "Payment id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry safe: the first response is replayed"),
+    ),
+    request_body(content = FulfillmentConfirmation),
+    responses(
+        (status = 200, description = "Recorded: `fulfillment.state` is `fulfilled` (or `compensating` when the attempt named is another payment's of the same `biz_key`); confirming again is a no-op", body = PaymentResource),
+        (status = 400, description = "The attempt reference is not an attempt of this business goal; nothing changed", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "Too late or not possible: `fulfillment_compensation_in_progress` / `fulfillment_refunded` (the money is being / was returned to the customer: do not grant the goal), `fulfillment_under_review`, `fulfillment_already_fulfilled` (by another attempt), `payment_not_succeeded`", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn confirm_fulfillment(
+    State(state): State<MerchantApiState>,
+    merchant: AuthedMerchant,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<FulfillmentConfirmation>,
+) -> Result<Response, ApiError> {
+    let order = owned_payment(&state, &merchant, &id).await?;
+    let reference = req::required_text(
+        &body.attempt_reference,
+        "attempt_reference",
+        req::MAX_ID_CHARS,
+    )?;
+    if order.fulfillment.mode.is_none() {
+        return Err(ApiError::conflict(
+            "fulfillment_not_requested",
+            "this payment has no fulfillment block; nothing to confirm, the money has not moved",
+        )
+        .before_execution());
+    }
+    let step = state
+        .orchestrator
+        .confirm_fulfillment(&merchant.merchant_id, &order.id, &reference)
+        .await?;
+    tracing::info!(payment_id = %order.id, attempt_reference = %reference,
+        fulfillment = %step.last().to_state, "fulfillment confirmed");
+    let details = state
+        .store
+        .payment_details(Some(&merchant.merchant_id), &order.id)
+        .await?;
+    Ok(payment_response(&state, &details))
 }

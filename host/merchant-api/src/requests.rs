@@ -135,6 +135,19 @@ pub struct RefundRequestBody {
 #[serde(deny_unknown_fields)]
 pub struct VoidRequestBody {}
 
+/// The merchant confirms that the business goal was reached, attributed to
+/// one attempt (seed 000's `resume_order_no`). Confirm first, and grant the
+/// entitlement only if this call succeeds: a refused confirmation means the
+/// money is being (or was) returned.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FulfillmentConfirmation {
+    /// The attempt reference the business recorded the goal with (this
+    /// payment's `attempts[].reference`, or another attempt of the same
+    /// `biz_key`: then this payment is refunded as `fulfilled_elsewhere`).
+    pub attempt_reference: String,
+}
+
 /// Filters and pagination of `GET /v1/payments`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -318,7 +331,7 @@ pub fn fulfillment(
         biz_key: Some(biz_key),
         deadline: Some(params.deadline),
         mode: Some("push".into()),
-        state: None,
+        ..Default::default()
     })
 }
 

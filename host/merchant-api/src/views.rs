@@ -47,6 +47,24 @@ pub enum PaymentStatus {
     ManualReview,
 }
 
+impl From<PaymentStatus> for ClientStatus {
+    fn from(status: PaymentStatus) -> Self {
+        match status {
+            PaymentStatus::Created => ClientStatus::Created,
+            PaymentStatus::Processing => ClientStatus::Processing,
+            PaymentStatus::RequiresAction => ClientStatus::RequiresAction,
+            PaymentStatus::Authorized => ClientStatus::Authorized,
+            PaymentStatus::Succeeded => ClientStatus::Succeeded,
+            PaymentStatus::PartiallyRefunded => ClientStatus::PartiallyRefunded,
+            PaymentStatus::Refunded => ClientStatus::Refunded,
+            PaymentStatus::Failed => ClientStatus::Failed,
+            PaymentStatus::Canceled => ClientStatus::Canceled,
+            PaymentStatus::Expired => ClientStatus::Expired,
+            PaymentStatus::ManualReview => ClientStatus::ManualReview,
+        }
+    }
+}
+
 impl From<ClientStatus> for PaymentStatus {
     fn from(status: ClientStatus) -> Self {
         match status {
@@ -170,8 +188,19 @@ pub struct FulfillmentView {
     /// Unix milliseconds.
     pub deadline: Option<i64>,
     pub mode: Option<String>,
-    /// The fulfillment lifecycle state; null until the payment succeeded.
+    /// The fulfillment lifecycle: `pending_payment`, `awaiting_fulfillment`,
+    /// `fulfilled`, `compensating`, `compensated` or `manual_review`.
     pub state: Option<String>,
+    /// The attempt that took the money (confirm with this reference).
+    pub attempt_reference: Option<String>,
+    /// When Sluice checks next (unix ms), if a check is scheduled.
+    pub next_check_at: Option<i64>,
+    /// The compensation refund, once decided: its reference (`cmp_<attempt
+    /// reference>`) and why (`fulfillment_deadline_passed`, `fulfilled_elsewhere`).
+    pub compensation_refund_reference: Option<String>,
+    pub compensation_reason: Option<String>,
+    /// With `manual_review`: why a human must decide.
+    pub review_reason: Option<String>,
 }
 
 /// A payment: the order, its attempts, captures, refunds and amounts.
@@ -188,6 +217,9 @@ pub struct PaymentResource {
     pub capture_mode: String,
     /// The client-facing status.
     pub status: PaymentStatus,
+    /// With `refunded` (or `partially_refunded`) after a fulfillment
+    /// compensation: `fulfillment_deadline_passed` or `fulfilled_elsewhere`.
+    pub status_reason: Option<String>,
     /// With `processing`: when to poll again, in milliseconds.
     pub poll_after_ms: Option<i64>,
     /// With `requires_action`: what the customer has to do.
@@ -312,6 +344,20 @@ impl PaymentResource {
             amount: order.amount.amount_minor,
             currency: order.amount.currency.as_str().to_owned(),
             capture_mode: order.capture_mode.as_str().to_owned(),
+            status_reason: sluice_core::refund_reason(
+                status.into(),
+                order
+                    .fulfillment
+                    .state
+                    .as_deref()
+                    .and_then(sluice_core::FulfillmentState::parse),
+                order
+                    .fulfillment
+                    .compensation_reason
+                    .as_deref()
+                    .and_then(sluice_core::CompensationReason::parse),
+            )
+            .map(|reason| reason.as_str().to_owned()),
             status,
             poll_after_ms,
             next_action,
@@ -383,6 +429,11 @@ fn fulfillment_view(f: &sluice_store::Fulfillment) -> Option<FulfillmentView> {
         deadline: f.deadline,
         mode: f.mode.clone(),
         state: f.state.clone(),
+        attempt_reference: f.attempt_reference.clone(),
+        next_check_at: f.next_check_at,
+        compensation_refund_reference: f.compensation_refund_reference.clone(),
+        compensation_reason: f.compensation_reason.clone(),
+        review_reason: f.review_reason.clone(),
     })
 }
 

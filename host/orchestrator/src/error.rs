@@ -58,6 +58,11 @@ pub enum OrchestratorError {
     #[error("busy: {0}")]
     Busy(String),
 
+    /// The fulfillment door refused the input (e.g. a confirmation after a
+    /// compensation refund started); the message says what happened to the money.
+    #[error("{0}")]
+    FulfillmentRefused(sluice_core::FulfillmentRefusal),
+
     /// The store failed (database unreachable, corrupt row, ...).
     #[error("store error: {0}")]
     Store(StoreError),
@@ -76,6 +81,10 @@ impl OrchestratorError {
             | OrchestratorError::InsufficientCapturable { .. }
             | OrchestratorError::InvalidRequest(_)
             | OrchestratorError::NoRoute(_) => 422,
+            OrchestratorError::FulfillmentRefused(
+                sluice_core::FulfillmentRefusal::UnknownAttempt { .. },
+            ) => 422,
+            OrchestratorError::FulfillmentRefused(_) => 409,
             OrchestratorError::AdapterNotLoaded(_) | OrchestratorError::Adapter(_) => 503,
             OrchestratorError::Store(_) => 500,
         }

@@ -102,6 +102,9 @@ pub(crate) struct Inner {
     pub transport: Arc<dyn PspTransport>,
     pub clock: Arc<dyn Clock>,
     pub config: OrchestratorConfig,
+    /// The HTTP client of pull-mode fulfillment calls (each call sets its
+    /// own timeout).
+    pub pull_client: reqwest::Client,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -128,6 +131,7 @@ impl Orchestrator {
                 transport,
                 clock,
                 config,
+                pull_client: reqwest::Client::new(),
             }),
         }
     }

@@ -26,6 +26,11 @@ impl Leases {
 
     /// True when this instance now holds the lease.
     pub(crate) async fn claim(&self, kind: PendingKind, id: &str) -> Result<bool, sqlx::Error> {
+        self.claim_label(kind_label(kind), id).await
+    }
+
+    /// Claim a lease of any kind by its label (e.g. `fulfillment`).
+    pub(crate) async fn claim_label(&self, kind: &str, id: &str) -> Result<bool, sqlx::Error> {
         let now = self.store.now_ms();
         let done = sqlx::query(
             "INSERT INTO scanner_leases (kind, id, holder, lease_until) VALUES ($1, $2, $3, $4) \
@@ -33,7 +38,7 @@ impl Leases {
                 SET holder = excluded.holder, lease_until = excluded.lease_until \
                 WHERE scanner_leases.lease_until < $5",
         )
-        .bind(kind_label(kind))
+        .bind(kind)
         .bind(id)
         .bind(self.holder.as_str())
         .bind(now.saturating_add(self.lease_ms))
@@ -45,8 +50,12 @@ impl Leases {
 
     /// Give the lease back (only our own).
     pub(crate) async fn release(&self, kind: PendingKind, id: &str) -> Result<(), sqlx::Error> {
+        self.release_label(kind_label(kind), id).await
+    }
+
+    pub(crate) async fn release_label(&self, kind: &str, id: &str) -> Result<(), sqlx::Error> {
         sqlx::query("DELETE FROM scanner_leases WHERE kind = $1 AND id = $2 AND holder = $3")
-            .bind(kind_label(kind))
+            .bind(kind)
             .bind(id)
             .bind(self.holder.as_str())
             .execute(self.store.pool())

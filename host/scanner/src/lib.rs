@@ -36,6 +36,7 @@
 
 mod due;
 mod error;
+mod fulfillment;
 mod lease;
 mod metrics;
 
@@ -126,6 +127,10 @@ pub struct ScanReport {
     pub skipped_stale: u64,
     /// Rows whose handling failed (logged; they stay due).
     pub errors: u64,
+    /// Due fulfillments woken up (issue 7).
+    pub fulfillment_checks: u64,
+    /// Fulfillment checks that raised the contradictory-fact alert.
+    pub fulfillment_alerts: u64,
 }
 
 /// What happened to one row.
@@ -153,6 +158,12 @@ pub enum ItemOutcome {
     Claimed,
     /// Terminal or no longer due when re-read: left alone.
     Stale,
+    /// A fulfillment was checked (`CheckDue`, and in pull mode the fact).
+    Fulfillment {
+        state_after: String,
+        decision: &'static str,
+        alert: bool,
+    },
 }
 
 /// The recovery scanner. Cheap to clone; clones share limits and metrics.
@@ -261,6 +272,7 @@ impl Scanner {
                 break;
             }
         }
+        self.scan_fulfillments(&mut round, &mut tasks).await?;
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok(Ok(outcome)) => round.report.count(&outcome),
@@ -655,6 +667,11 @@ impl ScanReport {
             ItemOutcome::Parked => self.parked += 1,
             ItemOutcome::Claimed => self.skipped_claimed += 1,
             ItemOutcome::Stale => self.skipped_stale += 1,
+            ItemOutcome::Fulfillment { alert, .. } => {
+                if *alert {
+                    self.fulfillment_alerts += 1;
+                }
+            }
         }
     }
 }

@@ -13,6 +13,7 @@ pub(crate) struct Metrics {
     last_round_hits: IntGauge,
     outcomes: IntCounterVec,
     queries: IntCounterVec,
+    fulfillment_alerts: IntCounter,
 }
 
 impl Metrics {
@@ -45,7 +46,12 @@ impl Metrics {
                 ),
                 &["adapter"],
             )?,
+            fulfillment_alerts: IntCounter::new(
+                "sluice_fulfillment_contradictory_facts_total",
+                "Business facts that contradicted a fulfillment (automation frozen, manual review)",
+            )?,
         };
+        registry.register(Box::new(metrics.fulfillment_alerts.clone()))?;
         registry.register(Box::new(metrics.rounds.clone()))?;
         registry.register(Box::new(metrics.scanned.clone()))?;
         registry.register(Box::new(metrics.hits.clone()))?;
@@ -53,6 +59,10 @@ impl Metrics {
         registry.register(Box::new(metrics.outcomes.clone()))?;
         registry.register(Box::new(metrics.queries.clone()))?;
         Ok(metrics)
+    }
+
+    pub(crate) fn fulfillment_alert(&self) {
+        self.fulfillment_alerts.inc();
     }
 
     pub(crate) fn query(&self, adapter: &str) {
@@ -76,6 +86,7 @@ impl Metrics {
             ("skipped_budget", report.skipped_budget),
             ("skipped_claimed", report.skipped_claimed),
             ("skipped_stale", report.skipped_stale),
+            ("fulfillment_checked", report.fulfillment_checks),
             ("error", report.errors),
         ] {
             self.outcomes.with_label_values(&[outcome]).inc_by(n);

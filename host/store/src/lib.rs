@@ -201,6 +201,12 @@ impl Store {
         self.clock.now_ms()
     }
 
+    /// The same store (same pool) deciding fulfillments with `policy`.
+    pub fn with_fulfillment_policy(mut self, policy: sluice_core::FulfillmentPolicy) -> Store {
+        self.fulfillment_policy = policy;
+        self
+    }
+
     /// The fulfillment policy the fulfillment door decides with.
     pub fn fulfillment_policy(&self) -> &sluice_core::FulfillmentPolicy {
         &self.fulfillment_policy

@@ -21,6 +21,18 @@ pub struct Fulfillment {
     pub deadline: Option<i64>,
     pub mode: Option<String>,
     pub state: Option<String>,
+    /// The following are written only by the fulfillment door (read-only
+    /// here; ignored by `create_payment`).
+    /// The attempt that took the money, bound when the payment succeeded.
+    pub attempt_reference: Option<String>,
+    /// The compensation refund's reference (`cmp_<attempt reference>`).
+    pub compensation_refund_reference: Option<String>,
+    /// `fulfillment_deadline_passed` or `fulfilled_elsewhere`.
+    pub compensation_reason: Option<String>,
+    /// Why the fulfillment is (or was last) in manual review, in words.
+    pub review_reason: Option<String>,
+    /// When the fulfillment is checked next (unix ms), if scheduled.
+    pub next_check_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -183,7 +195,9 @@ pub struct ScanCursor {
 pub(crate) const ORDER_COLS: &str = "id, merchant_id, merchant_order_no, amount_minor, currency, \
     capture_mode, state, version, payment_method_token, return_url, description, metadata_json, \
     biz_key, fulfillment_deadline, fulfillment_mode, fulfillment_state, manual_review, \
-    manual_review_reason, created_at, updated_at";
+    manual_review_reason, created_at, updated_at, fulfillment_attempt_reference, \
+    compensation_refund_reference, compensation_reason, fulfillment_review_json, \
+    fulfillment_next_check_at";
 pub(crate) const AMOUNT_COLS: &str = "currency, amount_minor, authorized_minor, \
     capture_reserved_minor, captured_minor, refund_reserved_minor, refunded_minor";
 pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, adapter, \
@@ -251,6 +265,13 @@ pub(crate) fn order_from(row: &AnyRow) -> Result<PaymentOrder, StoreError> {
             deadline: opt_int(row, "fulfillment_deadline")?,
             mode: opt_text(row, "fulfillment_mode")?,
             state: opt_text(row, "fulfillment_state")?,
+            attempt_reference: opt_text(row, "fulfillment_attempt_reference")?,
+            compensation_refund_reference: opt_text(row, "compensation_refund_reference")?,
+            compensation_reason: opt_text(row, "compensation_reason")?,
+            review_reason: opt_text(row, "fulfillment_review_json")?
+                .and_then(|raw| serde_json::from_str::<sluice_core::ReviewReason>(&raw).ok())
+                .map(|reason| reason.to_string()),
+            next_check_at: opt_int(row, "fulfillment_next_check_at")?,
         },
         manual_review: int(row, "manual_review")? != 0,
         manual_review_reason: opt_text(row, "manual_review_reason")?,

@@ -7,6 +7,7 @@ pub mod common;
 mod admin;
 mod auth;
 mod bad_input;
+mod fulfillment;
 mod idempotency;
 mod openapi;
 mod operations;

@@ -179,7 +179,11 @@ dual_test! {
         let mut body = payment_body("renewal-1", 9900);
         body["fulfillment"] = json!({"biz_key": "renew:user-7:2027", "deadline": deadline, "mode": "push"});
         let p = gw.post(&m.key, "/v1/payments", &body).await.expect(201).json();
-        assert_eq!(p["fulfillment"], json!({"biz_key": "renew:user-7:2027", "deadline": deadline, "mode": "push", "state": null}));
+        assert_eq!(p["fulfillment"], json!({
+            "biz_key": "renew:user-7:2027", "deadline": deadline, "mode": "push",
+            "state": "pending_payment", "attempt_reference": null, "next_check_at": null,
+            "compensation_refund_reference": null, "compensation_reason": null, "review_reason": null
+        }));
         let mut changed = body.clone();
         changed["fulfillment"]["deadline"] = json!(deadline + 1);
         gw.post(&m.key, "/v1/payments", &changed).await.expect_error(409, "merchant_order_no_conflict");

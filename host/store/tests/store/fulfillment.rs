@@ -37,7 +37,7 @@ async fn fulfillment_payment(
                     biz_key: Some(biz_key.into()),
                     deadline: Some(deadline),
                     mode: Some(mode.into()),
-                    state: None,
+                    ..Fulfillment::default()
                 },
             },
             &sys(),

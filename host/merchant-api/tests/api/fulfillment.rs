@@ -1,0 +1,527 @@
+//! Guaranteed fulfillment or refund (issue 7) through the real system: the
+//! merchant API over HTTP, the real Stripe-format adapter, the stateful
+//! sandbox PSP, the recovery scanner waking due fulfillments, on SQLite and
+//! PostgreSQL. The store's clock is the wall clock plus a skew the test moves
+//! forward, so deadlines pass without sleeping.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::middleware;
+use serde_json::{json, Value};
+use sluice_adapter_runtime::{AdapterRuntime, HttpResponse, RuntimeConfig};
+use sluice_core::{FulfillmentPolicy, FulfillmentState, RefundState};
+use sluice_merchant_api::{admin_router, router, MerchantApiState};
+use sluice_orchestrator::transport::{CheckedRequest, TransportError};
+use sluice_orchestrator::{CallBudget, Orchestrator, PspTransport, ReqwestTransport, Trigger};
+use sluice_sandbox_psp::{
+    Format, SandboxConfig, SandboxHandle, WebhookTarget, DEFAULT_STRIPE_API_KEY,
+};
+use sluice_scanner::{Scanner, ScannerConfig};
+use sluice_store::Clock as _;
+use tokio::sync::watch;
+
+use crate::common::{
+    adapters_dir, eventually, orchestrator_config, pepper, Reply, TestDb, ADMIN_TOKEN,
+};
+
+const STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_fulfillment_tests";
+/// The deadline settles this long after it (the business call budget).
+const ACTION_TIMEOUT_MS: i64 = 400;
+const CONVERGE: Duration = Duration::from_secs(20);
+
+/// Loses the answer of the next refund request after the sandbox committed it.
+#[derive(Debug)]
+struct LossyTransport {
+    inner: ReqwestTransport,
+    lose_next_refund: AtomicBool,
+}
+
+#[async_trait]
+impl PspTransport for LossyTransport {
+    async fn send(
+        &self,
+        request: &CheckedRequest,
+        budget: &CallBudget,
+    ) -> Result<HttpResponse, TransportError> {
+        let is_refund =
+            request.method == reqwest::Method::POST && request.url.path().ends_with("/v1/refunds");
+        let answer = self.inner.send(request, budget).await;
+        if is_refund && self.lose_next_refund.swap(false, Ordering::SeqCst) {
+            return Err(TransportError::Timeout(budget.timeout));
+        }
+        answer
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("compile cache dir"))
+        .path()
+        .to_path_buf()
+}
+
+fn stripe_runtime() -> AdapterRuntime {
+    let runtime = AdapterRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        max_concurrent_instances: 16,
+        ..RuntimeConfig::default()
+    })
+    .expect("adapter runtime");
+    let path = adapters_dir().join("stripe.wasm");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}); build the adapters first: `cargo xtask build-adapters`",
+            path.display()
+        )
+    });
+    runtime
+        .load("stripe", &bytes, None, true)
+        .unwrap_or_else(|e| panic!("loading stripe: {e:?}"));
+    runtime
+}
+
+/// A shop with a fulfillment-guaranteed product, behind the real API.
+pub struct Shop {
+    pub db: TestDb,
+    pub sandbox: SandboxHandle,
+    pub orch: Orchestrator,
+    pub scanner: Scanner,
+    transport: Arc<LossyTransport>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub key: String,
+    pub merchant_id: String,
+    pub account: String,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Shop {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+macro_rules! shop_test {
+    ($(#[$meta:meta])* async fn $name:ident($shop:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($shop: &Shop) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn on_sqlite() {
+                run(&Shop::open(TestDb::sqlite().await).await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn on_postgres() {
+                run(&Shop::open(TestDb::postgres().await).await).await;
+            }
+        }
+    };
+}
+
+impl Shop {
+    pub async fn open(mut db: TestDb) -> Shop {
+        db.store = db.store.clone().with_fulfillment_policy(FulfillmentPolicy {
+            first_check_delay_ms: 200,
+            max_check_delay_ms: 2_000,
+            action_timeout_ms: ACTION_TIMEOUT_MS,
+            unanswered_review_after_ms: 60_000,
+        });
+        let sandbox = sluice_sandbox_psp::start(SandboxConfig {
+            late_webhook_delay: Some(Duration::from_millis(300)),
+            seed: Some(11),
+            ..SandboxConfig::default()
+        })
+        .await
+        .expect("sandbox PSP");
+        let runtime = tokio::task::spawn_blocking(stripe_runtime)
+            .await
+            .expect("runtime task");
+        let transport = Arc::new(LossyTransport {
+            inner: ReqwestTransport::new().expect("transport"),
+            lose_next_refund: AtomicBool::new(false),
+        });
+        let orch = Orchestrator::new(
+            db.store.clone(),
+            runtime,
+            transport.clone(),
+            Arc::new(db.clock.clone()),
+            orchestrator_config(),
+        );
+        let scanner = Scanner::new(
+            orch.clone(),
+            ScannerConfig {
+                lease: Duration::from_secs(5),
+                ..ScannerConfig::default()
+            },
+        )
+        .expect("scanner");
+        let state = MerchantApiState::new(orch.clone(), pepper());
+        let app = router(state.clone()).merge(admin_router(
+            state,
+            middleware::from_fn(
+                |request: axum::extract::Request, next: middleware::Next| async move {
+                    let ok = request
+                        .headers()
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        == Some(format!("Bearer {ADMIN_TOKEN}").as_str());
+                    if ok {
+                        next.run(request).await
+                    } else {
+                        axum::response::IntoResponse::into_response(
+                            axum::http::StatusCode::UNAUTHORIZED,
+                        )
+                    }
+                },
+            ),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let (stop, stopped) = watch::channel(false);
+        let processor = orch.clone();
+        tokio::spawn(async move { processor.run_inbox_processor(stopped).await });
+        let http = reqwest::Client::new();
+        let admin = |path: &str, body: Value| {
+            http.post(format!("{base}{path}"))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+        };
+        let merchant: Value = admin("/admin/merchants", json!({"name": "Renewals Ltd"}))
+            .await
+            .expect("merchant")
+            .json()
+            .await
+            .expect("merchant json");
+        let merchant_id = merchant["id"].as_str().expect("id").to_owned();
+        let key: Value = admin(
+            &format!("/admin/merchants/{merchant_id}/api_keys"),
+            json!({"label": "shop"}),
+        )
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("key json");
+        let account: Value = admin(
+            &format!("/admin/merchants/{merchant_id}/connector_accounts"),
+            json!({
+                "adapter": "stripe",
+                "label": "stripe",
+                "config": {"base_url": sandbox.base_url_stripe()},
+                "secrets": {"api_key": DEFAULT_STRIPE_API_KEY, "webhook_secret": STRIPE_WEBHOOK_SECRET}
+            }),
+        )
+        .await
+        .expect("account")
+        .json()
+        .await
+        .expect("account json");
+        let account = account["id"].as_str().expect("account id").to_owned();
+        let shop = Shop {
+            db,
+            sandbox,
+            orch,
+            scanner,
+            transport,
+            base,
+            http,
+            key: key["key"].as_str().expect("api key").to_owned(),
+            merchant_id,
+            account,
+            stop,
+        };
+        shop.webhooks_on();
+        shop
+    }
+
+    fn webhooks_on(&self) {
+        self.sandbox.set_webhook_target(
+            "stripe",
+            WebhookTarget {
+                url: format!("{}/webhooks/stripe/{}", self.base, self.account),
+                secret: STRIPE_WEBHOOK_SECRET.into(),
+                format: Format::Stripe,
+                api_key: Some(DEFAULT_STRIPE_API_KEY.into()),
+            },
+        );
+    }
+
+    fn webhooks_off(&self) {
+        self.sandbox.remove_webhook_target("stripe");
+    }
+
+    fn lose_next_refund_answer(&self) {
+        self.transport
+            .lose_next_refund
+            .store(true, Ordering::SeqCst);
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.db.clock.now_ms()
+    }
+
+    pub async fn post(&self, path: &str, idem: Option<&str>, body: &Value) -> Reply {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(body);
+        if let Some(idem) = idem {
+            request = request.header("Idempotency-Key", idem);
+        }
+        read(request.send().await.expect("HTTP")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        let request = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.key);
+        read(request.send().await.expect("HTTP")).await
+    }
+
+    /// Pay for a goal with a push-mode fulfillment deadline `in_ms` ahead.
+    pub async fn pay(&self, order_no: &str, biz_key: &str, in_ms: i64) -> Value {
+        let body = json!({
+            "amount": 1200,
+            "currency": "EUR",
+            "merchant_order_no": order_no,
+            "payment_method": "pm_card_visa",
+            "connector_account": self.account,
+            "confirm": true,
+            "fulfillment": {"biz_key": biz_key, "deadline": self.now_ms() + in_ms, "mode": "push"}
+        });
+        let reply = self.post("/v1/payments", None, &body).await.expect(201);
+        let payment = reply.json();
+        assert_eq!(payment["status"], "succeeded", "{payment}");
+        assert_eq!(
+            payment["fulfillment"]["state"], "awaiting_fulfillment",
+            "{payment}"
+        );
+        payment
+    }
+
+    pub async fn payment(&self, id: &str) -> Value {
+        self.get(&format!("/v1/payments/{id}"))
+            .await
+            .expect(200)
+            .json()
+    }
+
+    pub async fn fulfillment_state(&self, id: &str) -> FulfillmentState {
+        self.db
+            .store
+            .fulfillment_snapshot(id)
+            .await
+            .unwrap()
+            .expect("fulfillment block")
+            .state
+    }
+
+    /// Let the deadline pass and settle.
+    pub fn pass_deadline(&self, in_ms: i64) {
+        self.db.clock.advance(in_ms + ACTION_TIMEOUT_MS + 1);
+    }
+
+    /// Scanner rounds, moving the clock on between them, until `done`.
+    pub async fn scan_until<F, Fut>(&self, what: &str, mut done: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = std::time::Instant::now() + CONVERGE;
+        loop {
+            self.scanner.scan_once().await.expect("scanner round");
+            if done().await {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            self.db.clock.advance(1_000);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn read(response: reqwest::Response) -> Reply {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await.expect("body").to_vec();
+    Reply {
+        status,
+        headers,
+        bytes,
+    }
+}
+
+fn attempt_reference(payment: &Value) -> String {
+    payment["attempts"][0]["reference"]
+        .as_str()
+        .expect("attempt reference")
+        .to_owned()
+}
+
+fn id_of(payment: &Value) -> String {
+    payment["id"].as_str().expect("payment id").to_owned()
+}
+
+shop_test! {
+    async fn the_deadline_passes_and_exactly_one_compensation_refund_converges_through_a_lost_refund_response(shop) {
+        // Only the host's own query may learn the refund's outcome.
+        shop.webhooks_off();
+        let payment = shop.pay("renew-1", "subscription-1", 2_000).await;
+        let id = id_of(&payment);
+        let reference = attempt_reference(&payment);
+        let refund_reference = sluice_core::compensation_refund_reference(&reference);
+        shop.lose_next_refund_answer();
+        shop.pass_deadline(2_000);
+        let report = shop.scanner.scan_once().await.expect("scanner round");
+        assert_eq!(report.fulfillment_checks, 1, "{report:?}");
+        assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::Compensating);
+        // The sandbox refunded; Sluice lost the answer: UNKNOWN, same reference.
+        let refund = shop.db.store.get_refund_by_reference(&refund_reference).await.unwrap();
+        assert_eq!(refund.state, RefundState::Unknown, "{refund:?}");
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        // Client view: not refunded before the refund is proven.
+        let view = shop.payment(&id).await;
+        assert_eq!(view["status"], "succeeded", "{view}");
+        assert!(view["status_reason"].is_null(), "{view}");
+        // The recovery scanner queries with the original reference.
+        shop.scan_until("the compensation to settle", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::Compensated
+        })
+        .await;
+        let view = shop.payment(&id).await;
+        assert_eq!(view["status"], "refunded", "{view}");
+        assert_eq!(view["status_reason"], "fulfillment_deadline_passed", "{view}");
+        assert_eq!(view["fulfillment"]["state"], "compensated", "{view}");
+        assert_eq!(view["fulfillment"]["compensation_refund_reference"], refund_reference.as_str());
+        assert_eq!(view["amounts"]["refunded"], 1200, "{view}");
+        assert_eq!(view["refunds"].as_array().unwrap().len(), 1, "{view}");
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        // A confirmation now is refused and says where the money is.
+        let late = shop
+            .post(&format!("/v1/payments/{id}/fulfillment"), Some("late-1"), &json!({"attempt_reference": reference}))
+            .await;
+        let error = late.expect_error(409, "fulfillment_refunded");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("money is back with the customer"), "{message}");
+        // More rounds change nothing: still exactly one refund.
+        shop.db.clock.advance(60_000);
+        shop.scanner.scan_once().await.expect("scanner round");
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        assert_eq!(shop.db.store.list_refunds(&id).await.unwrap().len(), 1);
+    }
+}
+
+shop_test! {
+    async fn a_push_before_the_deadline_fulfils_and_no_refund_ever_follows(shop) {
+        let payment = shop.pay("renew-2", "subscription-2", 5_000).await;
+        let id = id_of(&payment);
+        let reference = attempt_reference(&payment);
+        let path = format!("/v1/payments/{id}/fulfillment");
+        let body = json!({"attempt_reference": reference});
+        // An unknown attempt is refused and changes nothing.
+        let stranger = shop.post(&path, None, &json!({"attempt_reference": "att_stranger"})).await;
+        stranger.expect_error(400, "fulfillment_attempt_unknown");
+        assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::AwaitingFulfillment);
+        let confirmed = shop.post(&path, Some("confirm-2"), &body).await.expect(200).json();
+        assert_eq!(confirmed["fulfillment"]["state"], "fulfilled", "{confirmed}");
+        assert_eq!(confirmed["status"], "succeeded", "{confirmed}");
+        // The same request again replays; a new one is an idempotent no-op.
+        let replay = shop.post(&path, Some("confirm-2"), &body).await.expect(200).json();
+        assert_eq!(replay["fulfillment"]["state"], "fulfilled");
+        let again = shop.post(&path, Some("confirm-2b"), &body).await.expect(200).json();
+        assert_eq!(again["fulfillment"]["state"], "fulfilled");
+        // Once fulfilled, another attribution is refused.
+        let stranger = shop.post(&path, None, &json!({"attempt_reference": "att_stranger"})).await;
+        stranger.expect_error(409, "fulfillment_already_fulfilled");
+        // Long after the deadline: the scanner finds nothing, a stale task does nothing.
+        shop.pass_deadline(5_000);
+        shop.db.clock.advance(60_000);
+        let report = shop.scanner.scan_once().await.expect("scanner round");
+        assert_eq!(report.fulfillment_checks, 0, "{report:?}");
+        let stale = shop.orch.check_fulfillment(&id, Trigger::Scanner).await.unwrap();
+        assert_eq!(stale.first.decision.label(), "ignored_stale");
+        assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::Fulfilled);
+        assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty());
+        assert!(shop.sandbox.refunds().is_empty());
+        let view = shop.payment(&id).await;
+        assert_eq!(view["status"], "succeeded", "{view}");
+    }
+}
+
+shop_test! {
+    async fn a_push_racing_the_compensation_decision_over_http_has_exactly_one_winner(shop) {
+        let mut pushes_won = 0;
+        for round in 0..3 {
+            let payment = shop.pay(&format!("race-{round}"), &format!("goal-{round}"), 1_000).await;
+            let id = id_of(&payment);
+            let reference = attempt_reference(&payment);
+            shop.pass_deadline(1_000);
+            let path = format!("/v1/payments/{id}/fulfillment");
+            let body = json!({"attempt_reference": reference});
+            let (pushed, checked) = tokio::join!(
+                shop.post(&path, None, &body),
+                shop.scanner.check_fulfillment(&id),
+            );
+            checked.expect("scanner check");
+            let refunds = shop.db.store.list_refunds(&id).await.unwrap();
+            match pushed.status {
+                200 => {
+                    pushes_won += 1;
+                    assert_eq!(pushed.json()["fulfillment"]["state"], "fulfilled");
+                    assert!(refunds.is_empty(), "round {round}: a fulfilled payment is never refunded");
+                    assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::Fulfilled);
+                }
+                409 => {
+                    let code = pushed.json()["error"]["code"].as_str().unwrap().to_owned();
+                    assert!(
+                        code == "fulfillment_compensation_in_progress" || code == "fulfillment_refunded",
+                        "round {round}: {}", pushed.text()
+                    );
+                    let message = pushed.json()["error"]["message"].as_str().unwrap().to_owned();
+                    assert!(message.contains("money"), "{message}");
+                    assert_eq!(refunds.len(), 1, "round {round}");
+                }
+                other => panic!("round {round}: unexpected {other}: {}", pushed.text()),
+            }
+        }
+        eprintln!("the push won {pushes_won} of 3 races");
+        // Whatever won, every compensation converges to exactly one refund.
+        eventually(CONVERGE, "compensations to settle", || async {
+            let mut settled = true;
+            for round in 0..3 {
+                let payment = shop
+                    .db
+                    .store
+                    .get_payment_by_order_no(&shop.merchant_id, &format!("race-{round}"))
+                    .await
+                    .unwrap();
+                let state = shop.fulfillment_state(&payment.id).await;
+                if state == FulfillmentState::Compensating {
+                    settled = false;
+                }
+            }
+            settled.then_some(())
+        })
+        .await;
+    }
+}
