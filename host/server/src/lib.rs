@@ -16,5 +16,6 @@ pub mod demo_setup;
 pub mod error;
 pub mod health;
 pub mod payment_services;
+pub mod pending_metrics;
 pub mod server;
 pub mod telemetry;

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::auth::{require_admin, AdminAuth};
+use crate::pending_metrics::PendingMetrics;
 
 /// Why the payment services could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +53,7 @@ pub struct PaymentServices {
     pub publisher: Publisher,
     pub scanner: Scanner,
     pub registry: prometheus::Registry,
+    pending_metrics: PendingMetrics,
     settings: PaymentSettings,
 }
 
@@ -92,12 +94,17 @@ impl PaymentServices {
             .webhook_metrics()
             .register(&registry)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        sluice_orchestrator::register_metrics(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        let pending_metrics = PendingMetrics::register(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         Ok(PaymentServices {
             orchestrator,
             merchant_api,
             publisher,
             scanner,
             registry,
+            pending_metrics,
             settings,
         })
     }
@@ -115,6 +122,8 @@ impl PaymentServices {
         ))
         .route_layer(admin_layer.clone());
         let registry = self.registry.clone();
+        let pending = self.pending_metrics.clone();
+        let store = self.orchestrator.store().clone();
         Router::new()
             .merge(sluice_merchant_api::router(self.merchant_api.clone()))
             .merge(sluice_merchant_api::admin_router(
@@ -126,7 +135,12 @@ impl PaymentServices {
                 "/metrics",
                 get(move || {
                     let registry = registry.clone();
-                    async move { render_metrics(&registry) }
+                    let pending = pending.clone();
+                    let store = store.clone();
+                    async move {
+                        pending.refresh(&store).await;
+                        render_metrics(&registry)
+                    }
                 }),
             )
     }

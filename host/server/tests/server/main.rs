@@ -5,5 +5,6 @@
 mod admin_api;
 mod cli;
 mod common;
+mod metrics;
 mod pg;
 mod startup;

@@ -1,0 +1,129 @@
+//! Gauges of the pending set, refreshed from the database on every scrape of
+//! `/metrics` (one cheap grouped query over the partial indexes of
+//! non-terminal rows; see `Store::pending_stats`):
+//!
+//! - `sluice_pending_total{aggregate,state}`: rows per non-terminal state of
+//!   orders, attempts, captures and refunds (0 for states with none);
+//! - `sluice_pending_oldest_age_seconds{aggregate,state}`: age of the oldest
+//!   such row (UNKNOWN aging: `{aggregate="attempt",state="UNKNOWN"}`);
+//! - `sluice_manual_review_payments` and
+//!   `sluice_manual_review_oldest_age_seconds`;
+//! - `sluice_cas_conflicts_total`: decisions the store's door re-took after
+//!   losing a CAS race (process-wide).
+
+use prometheus::{Gauge, GaugeVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use sluice_core::{AttemptState, CaptureState, OrderState, RefundState};
+use sluice_store::Store;
+
+/// The gauges; cheap to clone.
+#[derive(Clone)]
+pub struct PendingMetrics {
+    count: IntGaugeVec,
+    oldest: GaugeVec,
+    review: IntGauge,
+    review_oldest: Gauge,
+    cas_conflicts: IntCounter,
+}
+
+/// Every non-terminal state per aggregate, so a state that emptied reads 0.
+fn open_states() -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    out.extend(
+        OrderState::ALL
+            .iter()
+            .filter(|s| !s.is_terminal())
+            .map(|s| ("order", s.as_str())),
+    );
+    out.extend(
+        AttemptState::ALL
+            .iter()
+            .filter(|s| !s.is_terminal())
+            .map(|s| ("attempt", s.as_str())),
+    );
+    out.extend(
+        CaptureState::ALL
+            .iter()
+            .filter(|s| !s.is_terminal())
+            .map(|s| ("capture", s.as_str())),
+    );
+    out.extend(
+        RefundState::ALL
+            .iter()
+            .filter(|s| !s.is_terminal())
+            .map(|s| ("refund", s.as_str())),
+    );
+    out
+}
+
+impl PendingMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = PendingMetrics {
+            count: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_pending_total",
+                    "Non-terminal orders, attempts, captures and refunds per state",
+                ),
+                &["aggregate", "state"],
+            )?,
+            oldest: GaugeVec::new(
+                Opts::new(
+                    "sluice_pending_oldest_age_seconds",
+                    "Age of the oldest non-terminal row per aggregate and state (0 when none)",
+                ),
+                &["aggregate", "state"],
+            )?,
+            review: IntGauge::new(
+                "sluice_manual_review_payments",
+                "Payments flagged for manual review (an operator must decide)",
+            )?,
+            review_oldest: Gauge::new(
+                "sluice_manual_review_oldest_age_seconds",
+                "How long the longest-flagged payment has waited for an operator (0 when none)",
+            )?,
+            cas_conflicts: IntCounter::new(
+                "sluice_cas_conflicts_total",
+                "Decisions the store's door re-took after losing a CAS race",
+            )?,
+        };
+        registry.register(Box::new(metrics.count.clone()))?;
+        registry.register(Box::new(metrics.oldest.clone()))?;
+        registry.register(Box::new(metrics.review.clone()))?;
+        registry.register(Box::new(metrics.review_oldest.clone()))?;
+        registry.register(Box::new(metrics.cas_conflicts.clone()))?;
+        Ok(metrics)
+    }
+
+    /// Read the pending set and set the gauges. On a database error the
+    /// gauges keep their last values (and the error is logged).
+    pub async fn refresh(&self, store: &Store) {
+        let stats = match store.pending_stats().await {
+            Ok(stats) => stats,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the pending set for /metrics");
+                return;
+            }
+        };
+        let now = store.now_ms();
+        let age =
+            |at: Option<i64>| at.map_or(0.0, |at| (now.saturating_sub(at)).max(0) as f64 / 1000.0);
+        for (aggregate, state) in open_states() {
+            let found = stats
+                .states
+                .iter()
+                .find(|s| s.aggregate == aggregate && s.state == state);
+            self.count
+                .with_label_values(&[aggregate, state])
+                .set(found.map_or(0, |s| s.count));
+            self.oldest
+                .with_label_values(&[aggregate, state])
+                .set(age(found.and_then(|s| s.oldest_created_at)));
+        }
+        self.review.set(stats.manual_review);
+        self.review_oldest.set(age(stats.oldest_manual_review_at));
+        let total = sluice_store::cas_conflicts_total();
+        let seen = self.cas_conflicts.get();
+        if total > seen {
+            self.cas_conflicts.inc_by(total - seen);
+        }
+    }
+}
