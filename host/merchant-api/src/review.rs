@@ -24,6 +24,22 @@ use crate::payments::json;
 use crate::requests as req;
 use crate::views::{PaymentResource, TimelineEvent};
 use crate::MerchantApiState;
+use sluice_orchestrator::{Target, Trigger};
+
+/// The refund an applied manual-refund proposal reserved, while not yet sent.
+async fn manual_refund_to_send(state: &MerchantApiState, proposal: &Proposal) -> Option<String> {
+    if proposal.outcome != ReviewOutcome::ManualRefund.as_str() || proposal.status != "applied" {
+        return None;
+    }
+    let refund_id = proposal
+        .result
+        .as_ref()?
+        .get("refund_id")?
+        .as_str()?
+        .to_owned();
+    let refund = state.store.get_refund(&refund_id).await.ok()?;
+    (refund.state == sluice_core::RefundState::Created).then_some(refund_id)
+}
 
 /// The header that names the calling operator.
 pub const OPERATOR_KEY_HEADER: &str = "sluice-operator-key";
@@ -129,10 +145,12 @@ pub struct ProposalView {
     pub target_id: String,
     /// `attempt_succeeded`, `attempt_failed`, `attempt_canceled`,
     /// `refund_succeeded`, `refund_failed`, `capture_succeeded`,
-    /// `capture_failed` or `dismiss`.
+    /// `capture_failed`, `dismiss` or `manual_refund`.
     pub outcome: String,
     pub reason_code: String,
     pub evidence_note: String,
+    /// For `manual_refund`: the amount in minor units.
+    pub amount: Option<i64>,
     /// The payment's version the proposer saw; approval is refused once it moved.
     pub payment_version: i64,
     pub target_state: String,
@@ -162,6 +180,7 @@ impl From<&Proposal> for ProposalView {
             outcome: p.outcome.clone(),
             reason_code: p.reason_code.clone(),
             evidence_note: p.evidence_note.clone(),
+            amount: p.amount_minor,
             payment_version: p.payment_version,
             target_state: p.target_state.clone(),
             target_version: p.target_version,
@@ -214,6 +233,9 @@ pub struct CreateProposalRequest {
     pub reason_code: String,
     /// What the evidence is and where it is kept.
     pub evidence_note: String,
+    /// For `manual_refund` only: the amount to refund, in minor units of the
+    /// payment's currency.
+    pub amount: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -411,6 +433,7 @@ pub async fn create_proposal(
             target_id,
             reason_code,
             evidence_note,
+            amount_minor: body.amount,
             proposed_by: operator.id.clone(),
         })
         .await
@@ -440,6 +463,19 @@ pub async fn approve_proposal(
         .approve_proposal(&proposal_id, &operator.id, note.as_deref())
         .await
         .map_err(review_error)?;
+    if let Some(refund_id) = manual_refund_to_send(&state, &proposal).await {
+        // Reserved in the approval's transaction; sent like any refund. A
+        // failure here leaves it for the recovery scanner.
+        if let Err(error) = state
+            .orchestrator
+            .advance(Target::Refund(refund_id.clone()), Trigger::Operator)
+            .await
+        {
+            tracing::warn!(payment_id = %proposal.payment_id, refund_id = %refund_id, %error,
+                "approved manual refund not sent yet");
+        }
+    }
+    let proposal = state.store.get_proposal(&proposal_id).await?;
     Ok(json(StatusCode::OK, &ProposalView::from(&proposal)))
 }
 

@@ -60,16 +60,32 @@ impl Store {
         provenance: &Provenance,
     ) -> Result<Reservation<Refund>, StoreError> {
         let mut tx = self.begin_write().await?;
+        let reservation = self.reserve_refund_in(&mut tx, request, provenance).await?;
+        tx.commit().await?;
+        tracing::info!(payment_id = %reservation.record.payment_id, refund_id = %reservation.record.id,
+            amount = reservation.record.amount.amount_minor, "refund reserved");
+        Ok(reservation)
+    }
+
+    /// [`Store::reserve_refund`] inside the caller's transaction (an approved
+    /// manual refund reserves in the approval's transaction). On an error the
+    /// caller must roll back.
+    pub(crate) async fn reserve_refund_in(
+        &self,
+        tx: &mut crate::db::Tx,
+        request: &RefundRequest,
+        provenance: &Provenance,
+    ) -> Result<Reservation<Refund>, StoreError> {
         let (order, amounts) =
-            scoped_order(&mut tx, &request.payment_id, request.merchant_id.as_deref()).await?;
+            scoped_order(tx, &request.payment_id, request.merchant_id.as_deref()).await?;
         request_refund(&order.snapshot(&amounts)?, request.amount)
             .map_err(|e| refused(&order, &amounts, e))?;
-        let attempt = succeeded_attempt(&mut tx, &order).await?;
+        let attempt = succeeded_attempt(tx, &order).await?;
         let amount = request.amount.amount_minor;
         let now = self.now_ms();
         // Lock order: the payment row first, as the door does, so a reservation
         // and a concurrent decision on the same payment cannot deadlock.
-        let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
+        let payment_version = bump_payment_version(tx, &order.id, now).await?;
         // The one conditional UPDATE that decides who gets the money.
         let reserved = sqlx::query(
             "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
@@ -77,10 +93,10 @@ impl Store {
         )
         .bind(&order.id)
         .bind(amount)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         if reserved.rows_affected() == 0 {
-            let now_amounts = amounts_in(&mut tx, &order.id).await?;
+            let now_amounts = amounts_in(tx, &order.id).await?;
             return Err(StoreError::InsufficientRefundable {
                 requested: amount,
                 available: now_amounts.refundable_minor(),
@@ -120,14 +136,14 @@ impl Store {
         .bind(refund.reason.as_deref())
         .bind(refund.state.as_str())
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
         let reason = format!(
             "refund of {amount} reserved before any PSP call (refundable was {})",
             amounts.refundable_minor()
         );
         let (history_id, outbox_event_id) = record_creation(
-            &mut tx,
+            tx,
             Creation {
                 order: &order,
                 aggregate_type: "refund",
@@ -144,8 +160,6 @@ impl Store {
             now,
         )
         .await?;
-        tx.commit().await?;
-        tracing::info!(payment_id = %order.id, refund_id = %refund.id, amount, "refund reserved");
         Ok(Reservation {
             record: refund,
             payment_version,

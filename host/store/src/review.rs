@@ -55,6 +55,11 @@ pub enum ReviewOutcome {
     /// The recorded states stand (e.g. a contradiction was checked with the
     /// PSP and the recorded success is right): only the review flag clears.
     Dismiss,
+    /// A refund of `amount_minor` that automation would not issue (e.g. the
+    /// merchant cannot, or a definitively failed refund must be re-issued):
+    /// approval reserves it through the normal reservation, in the approval's
+    /// transaction, and the orchestrator sends it like any refund.
+    ManualRefund,
 }
 
 impl ReviewOutcome {
@@ -67,6 +72,7 @@ impl ReviewOutcome {
         ReviewOutcome::CaptureSucceeded,
         ReviewOutcome::CaptureFailed,
         ReviewOutcome::Dismiss,
+        ReviewOutcome::ManualRefund,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -79,6 +85,7 @@ impl ReviewOutcome {
             ReviewOutcome::CaptureSucceeded => "capture_succeeded",
             ReviewOutcome::CaptureFailed => "capture_failed",
             ReviewOutcome::Dismiss => "dismiss",
+            ReviewOutcome::ManualRefund => "manual_refund",
         }
     }
 
@@ -101,7 +108,7 @@ impl ReviewOutcome {
             ReviewOutcome::CaptureSucceeded | ReviewOutcome::CaptureFailed => {
                 Some(PendingKind::Capture)
             }
-            ReviewOutcome::Dismiss => None,
+            ReviewOutcome::Dismiss | ReviewOutcome::ManualRefund => None,
         }
     }
 
@@ -128,6 +135,8 @@ pub struct Proposal {
     pub outcome: String,
     pub reason_code: String,
     pub evidence_note: String,
+    /// For `manual_refund`: the amount in minor units of the payment's currency.
+    pub amount_minor: Option<i64>,
     pub payment_version: i64,
     pub target_state: String,
     pub target_version: i64,
@@ -150,6 +159,8 @@ pub struct NewProposal {
     pub target_id: Option<String>,
     pub reason_code: String,
     pub evidence_note: String,
+    /// For `manual_refund` only.
+    pub amount_minor: Option<i64>,
     pub proposed_by: String,
 }
 
@@ -172,7 +183,7 @@ pub enum ReviewError {
 }
 
 pub(crate) const PROPOSAL_COLS: &str = "id, payment_id, target_type, target_id, outcome, \
-    reason_code, evidence_note, payment_version, target_state, target_version, proposed_by, \
+    reason_code, evidence_note, amount_minor, payment_version, target_state, target_version, proposed_by, \
     proposed_at, status, decided_by, decided_at, decision_note, result_json";
 
 pub(crate) fn proposal_from(row: &AnyRow) -> Result<Proposal, StoreError> {
@@ -191,6 +202,7 @@ pub(crate) fn proposal_from(row: &AnyRow) -> Result<Proposal, StoreError> {
         outcome: text(row, "outcome")?,
         reason_code: text(row, "reason_code")?,
         evidence_note: text(row, "evidence_note")?,
+        amount_minor: opt_int(row, "amount_minor")?,
         payment_version: int(row, "payment_version")?,
         target_state: text(row, "target_state")?,
         target_version: int(row, "target_version")?,
@@ -283,7 +295,18 @@ impl Store {
     /// the proposer saw them. Changes no payment state.
     pub async fn create_proposal(&self, new: &NewProposal) -> Result<Proposal, ReviewError> {
         let order = self.get_payment(None, &new.payment_id).await?;
+        let manual_refund = new.outcome == ReviewOutcome::ManualRefund;
+        if manual_refund != new.amount_minor.is_some() || new.amount_minor.is_some_and(|a| a <= 0) {
+            return Err(ReviewError::NotApplicable(
+                "a positive amount goes with manual_refund, and only with it".into(),
+            ));
+        }
         let (target_id, target_state, target_version) = match new.outcome.target_kind() {
+            None if manual_refund => (
+                order.id.clone(),
+                order.state.as_str().to_owned(),
+                order.version,
+            ),
             None => {
                 if !order.manual_review {
                     return Err(ReviewError::NotApplicable(
@@ -332,6 +355,7 @@ impl Store {
             outcome: new.outcome.as_str().to_owned(),
             reason_code: new.reason_code.clone(),
             evidence_note: new.evidence_note.clone(),
+            amount_minor: new.amount_minor,
             payment_version: order.version,
             target_state,
             target_version,
@@ -346,8 +370,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO review_proposals (id, payment_id, target_type, target_id, outcome, \
                 reason_code, evidence_note, payment_version, target_state, target_version, \
-                proposed_by, proposed_at, status) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'proposed')",
+                proposed_by, proposed_at, status, amount_minor) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'proposed', $13)",
         )
         .bind(&proposal.id)
         .bind(&proposal.payment_id)
@@ -361,6 +385,7 @@ impl Store {
         .bind(proposal.target_version)
         .bind(&proposal.proposed_by)
         .bind(proposal.proposed_at)
+        .bind(proposal.amount_minor)
         .execute(self.pool())
         .await
         .map_err(StoreError::from)?;

@@ -187,3 +187,65 @@ dual_test! {
         assert_eq!(item["proposals"][0]["status"], "stale");
     }
 }
+
+dual_test! {
+    async fn a_manual_refund_needs_a_second_operator_and_goes_through_the_normal_reservation(gw) {
+        let m = gw.merchant("Acme").await;
+        let mut body = payment_body("rev-3", 1000);
+        body["connector_account"] = json!(m.account);
+        body["confirm"] = json!(true);
+        let p = gw.post(&m.key, "/v1/payments", &body).await.expect(201).json();
+        assert_eq!(p["status"], "succeeded", "{p}");
+        let payment_id = p["id"].as_str().unwrap().to_owned();
+        let alice = operator(gw, "alice").await;
+        let bob = operator(gw, "bob").await;
+        let carol = operator(gw, "carol").await;
+        let proposals = format!("/admin/review/payments/{payment_id}/proposals");
+        let refund = |amount: i64| json!({
+            "outcome": "manual_refund", "amount": amount,
+            "reason_code": "goodwill", "evidence_note": "ticket 4711, approved by support lead"
+        });
+        as_operator(gw, &alice, &proposals, Some(&json!({"outcome": "manual_refund", "reason_code": "x", "evidence_note": "y"})))
+            .await
+            .expect_error(400, "proposal_invalid");
+
+        // Rejected by a second operator: nothing happens.
+        let turned_down = as_operator(gw, &alice, &proposals, Some(&refund(400))).await.expect(201).json();
+        let reject = format!("/admin/review/proposals/{}/reject", turned_down["id"].as_str().unwrap());
+        as_operator(gw, &alice, &reject, Some(&json!({"note": "mine"}))).await.expect_error(403, "same_operator");
+        let rejected = as_operator(gw, &carol, &reject, Some(&json!({"note": "no ticket found"}))).await.expect(200).json();
+        assert_eq!(rejected["status"], "rejected");
+        as_operator(gw, &bob, &format!("/admin/review/proposals/{}/approve", turned_down["id"].as_str().unwrap()), Some(&json!({})))
+            .await
+            .expect_error(409, "proposal_already_decided");
+        assert!(gw.psp.refunds().is_empty(), "a rejected proposal refunds nothing");
+
+        // More than was captured: refused by the reservation, nothing changes.
+        let too_much = as_operator(gw, &alice, &proposals, Some(&refund(5000))).await.expect(201).json();
+        as_operator(gw, &bob, &format!("/admin/review/proposals/{}/approve", too_much["id"].as_str().unwrap()), Some(&json!({})))
+            .await
+            .expect_error(409, "resolution_refused");
+        assert_eq!(gw.count("refunds").await, 0);
+
+        let proposal = as_operator(gw, &alice, &proposals, Some(&refund(300))).await.expect(201).json();
+        assert_eq!(proposal["amount"], 300);
+        let approve = format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap());
+        as_operator(gw, &alice, &approve, Some(&json!({}))).await.expect_error(403, "same_operator");
+        assert_eq!(gw.count("refunds").await, 0, "one person cannot refund");
+        let applied = as_operator(gw, &bob, &approve, Some(&json!({}))).await.expect(200).json();
+        assert_eq!(applied["status"], "applied", "{applied}");
+        let refund_id = applied["result"]["refund_id"].as_str().expect("the refund it reserved").to_owned();
+        let refunded = gw.get(&m.key, &format!("/v1/refunds/{refund_id}")).await.expect(200).json();
+        assert_eq!(refunded["status"], "succeeded", "{refunded}");
+        assert_eq!(refunded["amount"], 300);
+        assert_eq!(gw.psp.refunds().len(), 1);
+        // Idempotent: approving again sends nothing more.
+        as_operator(gw, &bob, &approve, Some(&json!({}))).await.expect(200);
+        assert_eq!(gw.psp.refunds().len(), 1, "exactly one refund at the PSP");
+        let timeline = gw.get(&m.key, &format!("/v1/payments/{payment_id}/timeline")).await.json();
+        let created = timeline["data"].as_array().unwrap().iter()
+            .find(|e| e["aggregate_type"] == "refund" && e["event_kind"] == "COMMAND_REFUND")
+            .expect("the reservation is in the timeline");
+        assert_eq!(created["actor"], "operator:alice+operator:bob");
+    }
+}

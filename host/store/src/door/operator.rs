@@ -9,6 +9,7 @@
 
 use super::*;
 use crate::payments::PendingKind;
+use crate::reserve::RefundRequest;
 use crate::review::{proposal_from, Proposal, ReviewError, ReviewOutcome, PROPOSAL_COLS};
 use sluice_core::{EvidenceSource, Failure, FailureCategory};
 
@@ -277,7 +278,50 @@ impl Store {
         );
         let mut result = serde_json::json!({ "decision": "applied" });
         let mut version = order.version;
-        if outcome != ReviewOutcome::Dismiss {
+        if outcome == ReviewOutcome::ManualRefund {
+            let amount = proposal.amount_minor.ok_or_else(|| StoreError::Corrupt {
+                table: "review_proposals",
+                detail: format!("manual refund {} without an amount", proposal.id),
+            })?;
+            let request = RefundRequest {
+                payment_id: order.id.clone(),
+                merchant_id: None,
+                amount: sluice_core::Money {
+                    amount_minor: amount,
+                    currency: order.amount.currency,
+                },
+                reason: Some(format!(
+                    "manual refund, {}: {}",
+                    proposal.reason_code, proposal.evidence_note
+                )),
+            };
+            // The normal reservation (the core's refund rule, the one
+            // conditional UPDATE on the amounts), in this transaction. A
+            // refusal rolls everything back: the proposal stays proposed.
+            match self.reserve_refund_in(tx, &request, &provenance).await {
+                Ok(reservation) => {
+                    version = reservation.payment_version;
+                    result = serde_json::json!({
+                        "decision": "applied",
+                        "refund_id": reservation.record.id,
+                        "refund_reference": reservation.record.reference,
+                        "payment_version": reservation.payment_version,
+                        "history_ids": [reservation.history_id],
+                        "outbox_event_ids": [reservation.outbox_event_id],
+                    });
+                }
+                Err(
+                    error @ (StoreError::InsufficientRefundable { .. }
+                    | StoreError::InvalidState { .. }
+                    | StoreError::InvalidRequest(_)),
+                ) => {
+                    return Ok(Approval::Abort(Err(ReviewError::Refused(
+                        error.to_string(),
+                    ))))
+                }
+                Err(error) => return Err(error),
+            }
+        } else if outcome != ReviewOutcome::Dismiss {
             let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
             let applied = match self.apply_event_once(tx, &input).await? {
                 Step::Done(applied) => applied,
@@ -424,9 +468,9 @@ async fn operator_event(
         ReviewOutcome::RefundFailed => (K::RefundFailed, failure()),
         ReviewOutcome::CaptureSucceeded => (K::PaymentCaptured, None),
         ReviewOutcome::CaptureFailed => (K::CaptureFailed, failure()),
-        ReviewOutcome::Dismiss => {
+        ReviewOutcome::Dismiss | ReviewOutcome::ManualRefund => {
             return Err(StoreError::Unapplicable(
-                "a dismissal carries no event".into(),
+                "a dismissal or a manual refund carries no event".into(),
             ))
         }
     };

@@ -278,6 +278,7 @@ dual_test! {
         let fx = Fixture::new(store).await;
         let (payment, attempt) = fx.submitted(store, "CAS-1", 100, CaptureMode::Automatic).await;
         let version_before = store.get_payment(None, &payment.id).await.unwrap().version;
+        let conflicts_before = sluice_store::cas_conflicts_total();
 
         // A concurrent writer holds the payment row, mid-transaction.
         let mut writer = match db.backend {
@@ -302,7 +303,12 @@ dual_test! {
         assert_eq!(applied.payment_version, version_before + 2);
         match db.backend {
             // PostgreSQL: the door read the old version, its CAS missed, it re-decided.
-            sluice_store::Backend::Postgres => assert_eq!(applied.tries, 2),
+            // The miss is counted for `sluice_cas_conflicts_total` (process-wide,
+            // so other tests may add to it too).
+            sluice_store::Backend::Postgres => {
+                assert_eq!(applied.tries, 2);
+                assert!(sluice_store::cas_conflicts_total() > conflicts_before);
+            }
             // SQLite: BEGIN IMMEDIATE queued the door behind the writer.
             sluice_store::Backend::Sqlite => assert_eq!(applied.tries, 1),
         }

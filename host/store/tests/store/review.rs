@@ -56,6 +56,7 @@ fn proposal(
         target_id: Some(attempt.id.clone()),
         reason_code: "psp_statement".into(),
         evidence_note: "settlement report of 2026-11-30 lists the charge".into(),
+        amount_minor: None,
         proposed_by: by.to_owned(),
     }
 }
