@@ -16,6 +16,7 @@ pub mod admin;
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod fulfillment_admin;
 pub mod idempotency;
 pub mod limits;
 pub mod openapi;
@@ -259,6 +260,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(review::create_proposal))
         .routes(routes!(review::approve_proposal))
         .routes(routes!(review::reject_proposal))
+        .routes(routes!(fulfillment_admin::put_fulfillment_endpoint))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

@@ -49,8 +49,9 @@ pub struct RoutingHint {
     pub adapter: String,
 }
 
-/// `push`: the merchant confirms fulfillment through the API. (`pull` is not
-/// available yet: the store has nowhere to keep the merchant's endpoint.)
+/// `push`: the merchant confirms fulfillment through the API. `pull`: Sluice
+/// calls the merchant's fulfillment endpoint (configured per merchant by an
+/// administrator) and reads the business fact from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FulfillmentModeParam {
@@ -67,7 +68,7 @@ pub struct FulfillmentParams {
     /// Unix milliseconds; in the future, at most 90 days ahead.
     pub deadline: i64,
     pub mode: FulfillmentModeParam,
-    /// The merchant's fulfillment endpoint (pull mode only).
+    /// Not accepted: the pull-mode endpoint is configured per merchant.
     pub endpoint: Option<String>,
 }
 
@@ -311,11 +312,11 @@ pub fn fulfillment(
         "fulfillment.biz_key",
         MAX_ORDER_NO_CHARS * 2,
     )?;
-    if params.mode == FulfillmentModeParam::Pull || params.endpoint.is_some() {
+    if params.endpoint.is_some() {
         return Err(ApiError::invalid(
-            "fulfillment_pull_unsupported",
-            "fulfillment.mode",
-            "pull-mode fulfillment is not available yet; use mode \"push\" without an endpoint",
+            "fulfillment_endpoint_per_merchant",
+            "fulfillment.endpoint",
+            "the fulfillment endpoint is configured per merchant (PUT /admin/merchants/{id}/fulfillment_endpoint), not per payment",
         ));
     }
     if params.deadline <= now_ms
@@ -330,7 +331,13 @@ pub fn fulfillment(
     Ok(sluice_store::Fulfillment {
         biz_key: Some(biz_key),
         deadline: Some(params.deadline),
-        mode: Some("push".into()),
+        mode: Some(
+            match params.mode {
+                FulfillmentModeParam::Push => "push",
+                FulfillmentModeParam::Pull => "pull",
+            }
+            .into(),
+        ),
         ..Default::default()
     })
 }

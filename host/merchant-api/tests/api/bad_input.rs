@@ -221,14 +221,14 @@ fn cases() -> Vec<Case> {
             Some("metadata.k"),
         ),
         (
-            "pull fulfillment",
+            "fulfillment endpoint per payment",
             with(
                 &|b| b["fulfillment"] = json!({"biz_key": "k", "deadline": i64::MAX / 2, "mode": "pull", "endpoint": "https://m.example/f"}),
             ),
             json_ct,
             400,
-            "fulfillment_pull_unsupported",
-            Some("fulfillment.mode"),
+            "fulfillment_endpoint_per_merchant",
+            Some("fulfillment.endpoint"),
         ),
         (
             "fulfillment deadline in the past",

@@ -90,6 +90,7 @@ pub struct Shop {
     pub sandbox: SandboxHandle,
     pub orch: Orchestrator,
     pub scanner: Scanner,
+    pub registry: prometheus::Registry,
     transport: Arc<LossyTransport>,
     pub base: String,
     pub http: reqwest::Client,
@@ -156,12 +157,14 @@ impl Shop {
             Arc::new(db.clock.clone()),
             orchestrator_config(),
         );
-        let scanner = Scanner::new(
+        let registry = prometheus::Registry::new();
+        let scanner = Scanner::with_metrics(
             orch.clone(),
             ScannerConfig {
                 lease: Duration::from_secs(5),
                 ..ScannerConfig::default()
             },
+            &registry,
         )
         .expect("scanner");
         let state = MerchantApiState::new(orch.clone(), pepper());
@@ -237,6 +240,7 @@ impl Shop {
             sandbox,
             orch,
             scanner,
+            registry,
             transport,
             base,
             http,
@@ -297,6 +301,10 @@ impl Shop {
 
     /// Pay for a goal with a push-mode fulfillment deadline `in_ms` ahead.
     pub async fn pay(&self, order_no: &str, biz_key: &str, in_ms: i64) -> Value {
+        self.pay_with(order_no, biz_key, in_ms, "push").await
+    }
+
+    pub async fn pay_with(&self, order_no: &str, biz_key: &str, in_ms: i64, mode: &str) -> Value {
         let body = json!({
             "amount": 1200,
             "currency": "EUR",
@@ -304,7 +312,7 @@ impl Shop {
             "payment_method": "pm_card_visa",
             "connector_account": self.account,
             "confirm": true,
-            "fulfillment": {"biz_key": biz_key, "deadline": self.now_ms() + in_ms, "mode": "push"}
+            "fulfillment": {"biz_key": biz_key, "deadline": self.now_ms() + in_ms, "mode": mode}
         });
         let reply = self.post("/v1/payments", None, &body).await.expect(201);
         let payment = reply.json();
@@ -523,5 +531,220 @@ shop_test! {
             settled.then_some(())
         })
         .await;
+    }
+}
+
+// ---- pull mode ---------------------------------------------------------------
+
+const PULL_SECRET: &str = "fsec_renewals_ltd_0123456789";
+/// The endpoint's own budget (below the policy's action timeout).
+const PULL_TIMEOUT_MS: i64 = 300;
+
+/// What the in-test business does with `fulfillment.execute` and answers to
+/// `fulfillment.query`.
+#[derive(Debug, Default)]
+struct Business {
+    /// biz_key → the attempt reference the goal was reached with.
+    goals: std::collections::HashMap<String, String>,
+    /// Commit the action, then hold the answer longer than Sluice waits.
+    hang_after_commit: bool,
+    /// Answer every query with this body instead of the truth.
+    fixed_answer: Option<Value>,
+    executes: u32,
+    queries: u32,
+    bad_signatures: u32,
+}
+
+type SharedBusiness = Arc<std::sync::Mutex<Business>>;
+
+async fn business_endpoint(
+    axum::extract::State(business): axum::extract::State<SharedBusiness>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let signature = headers
+        .get(sluice_delivery::signature::SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let now = sluice_store::SystemClock.now_ms() / 1000;
+    let verified = sluice_delivery::signature::verify(PULL_SECRET, signature, &body, now, 600);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let attempt = request["attempt_reference"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let idempotency = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if verified.is_err() || idempotency != attempt || attempt.is_empty() {
+        business.lock().unwrap().bad_signatures += 1;
+        return axum::http::StatusCode::UNAUTHORIZED.into_response();
+    }
+    let biz_key = request["biz_key"].as_str().unwrap_or_default().to_owned();
+    match request["type"].as_str() {
+        Some("fulfillment.execute") => {
+            let hang = {
+                let mut b = business.lock().unwrap();
+                b.executes += 1;
+                // Idempotent on the goal: reached once, by the first attempt.
+                b.goals.entry(biz_key).or_insert(attempt);
+                b.hang_after_commit
+            };
+            if hang {
+                tokio::time::sleep(Duration::from_millis(3 * PULL_TIMEOUT_MS as u64)).await;
+            }
+            axum::Json(json!({"ok": true})).into_response()
+        }
+        Some("fulfillment.query") => {
+            let mut b = business.lock().unwrap();
+            b.queries += 1;
+            let answer = match (&b.fixed_answer, b.goals.get(&biz_key)) {
+                (Some(fixed), _) => fixed.clone(),
+                (None, Some(by)) => json!({"status": "fulfilled", "attributed_to": by}),
+                (None, None) => json!({"status": "not_fulfilled"}),
+            };
+            axum::Json(answer).into_response()
+        }
+        _ => axum::http::StatusCode::BAD_REQUEST.into_response(),
+    }
+}
+
+impl Shop {
+    /// Serve the merchant's business on 127.0.0.1 and configure it as the
+    /// merchant's fulfillment endpoint through the admin API.
+    async fn business(&self) -> SharedBusiness {
+        let business = SharedBusiness::default();
+        let app = axum::Router::new()
+            .route("/fulfillment", axum::routing::post(business_endpoint))
+            .with_state(business.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!(
+            "http://{}/fulfillment",
+            listener.local_addr().expect("addr")
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let reply = self
+            .http
+            .put(format!(
+                "{}/admin/merchants/{}/fulfillment_endpoint",
+                self.base, self.merchant_id
+            ))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"url": url, "secret": PULL_SECRET, "timeout_ms": PULL_TIMEOUT_MS}))
+            .send()
+            .await
+            .expect("configure endpoint");
+        let reply = read(reply).await.expect(200);
+        assert_eq!(reply.json()["secret_set"], true);
+        assert!(
+            reply.json().get("secret").is_none(),
+            "the secret is never shown"
+        );
+        business
+    }
+
+    fn alerts(&self) -> f64 {
+        self.registry
+            .gather()
+            .iter()
+            .find(|f| f.name() == "sluice_fulfillment_contradictory_facts_total")
+            .map(|f| f.get_metric()[0].get_counter().get_value())
+            .unwrap_or(0.0)
+    }
+}
+
+shop_test! {
+    async fn a_pull_response_lost_after_the_business_committed_ends_fulfilled_without_a_refund(shop) {
+        let business = shop.business().await;
+        business.lock().unwrap().hang_after_commit = true;
+        let payment = shop.pay_with("pull-1", "season-ticket-1", 5_000, "pull").await;
+        let id = id_of(&payment);
+        let reference = attempt_reference(&payment);
+        shop.scan_until("the business fact to be read", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::Fulfilled
+        })
+        .await;
+        {
+            let b = business.lock().unwrap();
+            assert!(b.executes >= 1, "{b:?}");
+            assert_eq!(b.goals.get("season-ticket-1"), Some(&reference));
+            assert_eq!(b.bad_signatures, 0, "every call is signed and keyed by the attempt");
+        }
+        // Deadline long gone: nothing moves, never a refund.
+        shop.pass_deadline(5_000);
+        shop.db.clock.advance(60_000);
+        shop.scanner.scan_once().await.expect("scanner round");
+        assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::Fulfilled);
+        assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty());
+        assert!(shop.sandbox.refunds().is_empty());
+        let view = shop.payment(&id).await;
+        assert_eq!(view["status"], "succeeded", "{view}");
+        assert_eq!(view["fulfillment"]["state"], "fulfilled", "{view}");
+    }
+}
+
+shop_test! {
+    async fn a_late_fulfilled_for_attempt_1_after_attempt_2_reached_the_goal_refunds_attempt_1_and_keeps_attempt_2(shop) {
+        let business = shop.business().await;
+        let first = shop.pay_with("pull-2a", "renewal-2027", 5_000, "pull").await;
+        let second = shop.pay_with("pull-2b", "renewal-2027", 5_000, "pull").await;
+        let (first_id, second_id) = (id_of(&first), id_of(&second));
+        let second_reference = attempt_reference(&second);
+        // The goal was reached with attempt 2.
+        business
+            .lock()
+            .unwrap()
+            .goals
+            .insert("renewal-2027".into(), second_reference.clone());
+        shop.scan_until("both fulfillments to settle", || async {
+            shop.fulfillment_state(&first_id).await == FulfillmentState::Compensated
+                && shop.fulfillment_state(&second_id).await == FulfillmentState::Fulfilled
+        })
+        .await;
+        let refunded = shop.payment(&first_id).await;
+        assert_eq!(refunded["status"], "refunded", "{refunded}");
+        assert_eq!(refunded["status_reason"], "fulfilled_elsewhere", "{refunded}");
+        let refund_reference = sluice_core::compensation_refund_reference(&attempt_reference(&first));
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        let kept = shop.payment(&second_id).await;
+        assert_eq!(kept["status"], "succeeded", "{kept}");
+        assert_eq!(kept["fulfillment"]["state"], "fulfilled", "{kept}");
+        assert!(kept["refunds"].as_array().unwrap().is_empty(), "{kept}");
+    }
+}
+
+shop_test! {
+    async fn a_contradictory_business_fact_freezes_automation_for_manual_review_with_an_alert(shop) {
+        let business = shop.business().await;
+        business.lock().unwrap().fixed_answer = Some(json!({"status": "fulfilled"}));
+        let payment = shop.pay_with("pull-3", "gift-card-3", 5_000, "pull").await;
+        let id = id_of(&payment);
+        shop.scan_until("the contradiction to be recorded", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::ManualReview
+        })
+        .await;
+        assert_eq!(shop.alerts(), 1.0);
+        // Frozen: the deadline passes and nothing is refunded.
+        shop.pass_deadline(5_000);
+        shop.db.clock.advance(60_000);
+        shop.scanner.scan_once().await.expect("scanner round");
+        assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::ManualReview);
+        assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty());
+        let view = shop.payment(&id).await;
+        assert_eq!(view["fulfillment"]["state"], "manual_review", "{view}");
+        let reason = view["fulfillment"]["review_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("names no payment"), "{view}");
+        // A confirmation is refused: the money has not moved, a human decides.
+        let refused = shop
+            .post(&format!("/v1/payments/{id}/fulfillment"), None, &json!({"attempt_reference": attempt_reference(&payment)}))
+            .await;
+        let error = refused.expect_error(409, "fulfillment_under_review");
+        assert!(error["message"].as_str().unwrap().contains("money has not moved"), "{error}");
     }
 }
