@@ -9,7 +9,9 @@
 //! - `sluice_manual_review_payments` and
 //!   `sluice_manual_review_oldest_age_seconds`;
 //! - `sluice_cas_conflicts_total`: decisions the store's door re-took after
-//!   losing a CAS race (process-wide).
+//!   losing a CAS race (process-wide);
+//! - `sluice_inbox_backlog{status}` and `sluice_inbox_oldest_backlog_age_seconds`:
+//!   verified webhook events not yet applied (processing backlog).
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 use sluice_core::{AttemptState, CaptureState, OrderState, RefundState};
@@ -23,6 +25,8 @@ pub struct PendingMetrics {
     review: IntGauge,
     review_oldest: Gauge,
     cas_conflicts: IntCounter,
+    inbox: IntGaugeVec,
+    inbox_oldest: Gauge,
 }
 
 /// Every non-terminal state per aggregate, so a state that emptied reads 0.
@@ -84,12 +88,25 @@ impl PendingMetrics {
                 "sluice_cas_conflicts_total",
                 "Decisions the store's door re-took after losing a CAS race",
             )?,
+            inbox: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_inbox_backlog",
+                    "Verified PSP webhook events not yet applied, per inbox status",
+                ),
+                &["status"],
+            )?,
+            inbox_oldest: Gauge::new(
+                "sluice_inbox_oldest_backlog_age_seconds",
+                "Age of the oldest verified webhook event not yet applied (0 when none)",
+            )?,
         };
         registry.register(Box::new(metrics.count.clone()))?;
         registry.register(Box::new(metrics.oldest.clone()))?;
         registry.register(Box::new(metrics.review.clone()))?;
         registry.register(Box::new(metrics.review_oldest.clone()))?;
         registry.register(Box::new(metrics.cas_conflicts.clone()))?;
+        registry.register(Box::new(metrics.inbox.clone()))?;
+        registry.register(Box::new(metrics.inbox_oldest.clone()))?;
         Ok(metrics)
     }
 
@@ -120,6 +137,17 @@ impl PendingMetrics {
         }
         self.review.set(stats.manual_review);
         self.review_oldest.set(age(stats.oldest_manual_review_at));
+        let mut oldest_inbox: Option<i64> = None;
+        for status in ["pending", "processing", "failed"] {
+            let found = stats.inbox_backlog.iter().find(|(s, _, _)| s == status);
+            self.inbox
+                .with_label_values(&[status])
+                .set(found.map_or(0, |(_, n, _)| *n));
+            if let Some(at) = found.and_then(|(_, _, at)| *at) {
+                oldest_inbox = Some(oldest_inbox.map_or(at, |o| o.min(at)));
+            }
+        }
+        self.inbox_oldest.set(age(oldest_inbox));
         let total = sluice_store::cas_conflicts_total();
         let seen = self.cas_conflicts.get();
         if total > seen {

@@ -1,6 +1,6 @@
 //! Cheap grouped counts of the non-terminal rows, for `/metrics`: each query
 //! reads only the partial indexes over the pending set (and over flagged
-//! payments), never history or terminal rows.
+//! payments and the webhook inbox's work queue), never history or terminal rows.
 
 use crate::db::{int, opt_int, text};
 use crate::{Store, StoreError};
@@ -25,6 +25,9 @@ pub struct PendingStats {
     /// `updated_at` of the longest-flagged payment (unix ms), approximately
     /// when it was flagged.
     pub oldest_manual_review_at: Option<i64>,
+    /// Verified webhook events not yet applied, per inbox status (`pending`,
+    /// `processing`, `failed`), with the oldest `received_at`.
+    pub inbox_backlog: Vec<(String, i64, Option<i64>)>,
 }
 
 impl Store {
@@ -66,6 +69,19 @@ impl Store {
         .await?;
         stats.manual_review = int(&review, "n")?;
         stats.oldest_manual_review_at = opt_int(&review, "oldest")?;
+        let inbox = sqlx::query(
+            "SELECT status, COUNT(*) AS n, MIN(received_at) AS oldest FROM webhook_inbox \
+             WHERE status IN ('pending', 'processing', 'failed') GROUP BY status",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for row in &inbox {
+            stats.inbox_backlog.push((
+                text(row, "status")?,
+                int(row, "n")?,
+                opt_int(row, "oldest")?,
+            ));
+        }
         Ok(stats)
     }
 }

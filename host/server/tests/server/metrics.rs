@@ -146,6 +146,8 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
         get(r#"sluice_psp_call_duration_seconds_count{adapter="stripe",operation="sale"}"#) >= 2.0
     );
     assert!(get("sluice_cas_conflicts_total") >= 0.0);
+    assert!(get(r#"sluice_inbox_backlog{status="failed"}"#) >= 0.0);
+    assert!(get("sluice_inbox_oldest_backlog_age_seconds") >= 0.0);
     assert!(
         text.contains("sluice_webhooks_total"),
         "webhook counters are exported"
