@@ -550,6 +550,10 @@ struct Business {
     hang_after_commit: bool,
     /// Answer every query with this body instead of the truth.
     fixed_answer: Option<Value>,
+    /// Goals the business never manages to reach (the action does nothing).
+    never: std::collections::HashSet<String>,
+    /// Business actions received per biz_key.
+    executes_for: std::collections::HashMap<String, u32>,
     executes: u32,
     queries: u32,
     bad_signatures: u32,
@@ -588,8 +592,11 @@ async fn business_endpoint(
             let hang = {
                 let mut b = business.lock().unwrap();
                 b.executes += 1;
+                *b.executes_for.entry(biz_key.clone()).or_default() += 1;
                 // Idempotent on the goal: reached once, by the first attempt.
-                b.goals.entry(biz_key).or_insert(attempt);
+                if !b.never.contains(&biz_key) {
+                    b.goals.entry(biz_key).or_insert(attempt);
+                }
                 b.hang_after_commit
             };
             if hang {
@@ -746,5 +753,95 @@ shop_test! {
             .await;
         let error = refused.expect_error(409, "fulfillment_under_review");
         assert!(error["message"].as_str().unwrap().contains("money has not moved"), "{error}");
+    }
+}
+
+shop_test! {
+    /// Seed 000 §11, "one lost response through the whole chain", end to end.
+    async fn seed_000_section_11_a_lost_payment_response_and_a_lost_renewal_response_end_in_one_charge_and_business_success(shop) {
+        let business = shop.business().await;
+        business.lock().unwrap().hang_after_commit = true;
+        // No PSP webhook: only Sluice's own queries may learn the outcome.
+        shop.webhooks_off();
+        // The user renews task 73: goal biz-R-73. The wallet charges, the
+        // answer is lost: Sluice answers processing, creates no attempt 2.
+        let body = json!({
+            "amount": 1990,
+            "currency": "EUR",
+            "merchant_order_no": "task-73",
+            "payment_method": "pm_sluice_commit_then_timeout",
+            "connector_account": shop.account,
+            "confirm": true,
+            "fulfillment": {"biz_key": "biz-R-73", "deadline": shop.now_ms() + 20_000, "mode": "pull"}
+        });
+        let created = shop.post("/v1/payments", Some("renew-task-73"), &body).await.expect(201).json();
+        assert_eq!(created["status"], "processing", "{created}");
+        let id = id_of(&created);
+        let reference = attempt_reference(&created);
+        // A delayed wake-up and the scanner run at the same moment; both ask
+        // the PSP with the same reference; one CAS wins, one charge only.
+        let attempt_id = created["attempts"][0]["id"].as_str().unwrap().to_owned();
+        shop.db.clock.advance(5_000);
+        let (scanned, woken) = tokio::join!(
+            shop.scanner.scan_once(),
+            shop.orch.advance(sluice_orchestrator::Target::Attempt(attempt_id), Trigger::Operator),
+        );
+        scanned.expect("scanner round");
+        woken.expect("advance");
+        shop.scan_until("the payment to be proven", || async {
+            shop.payment(&id).await["status"] == "succeeded"
+        })
+        .await;
+        shop.webhooks_on();
+        let paid = shop.payment(&id).await;
+        assert_eq!(paid["attempts"].as_array().unwrap().len(), 1, "{paid}");
+        assert_eq!(shop.sandbox.charge_count(&reference), 1);
+        // The renewal is called with the attempt reference; the business
+        // commits resume_order_no = our reference, the RPC answer is lost.
+        // Sluice reads the business fact instead of refunding on the error.
+        shop.scan_until("the business fact to prove the renewal", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::Fulfilled
+        })
+        .await;
+        assert_eq!(business.lock().unwrap().goals.get("biz-R-73"), Some(&reference));
+        // An old scanner task runs late with its stale view: nothing happens.
+        let stale = shop.orch.check_fulfillment(&id, Trigger::Scanner).await.unwrap();
+        assert_eq!(stale.first.decision.label(), "ignored_stale");
+        let polled = shop.payment(&id).await;
+        assert_eq!(polled["status"], "succeeded", "{polled}");
+        assert_eq!(polled["fulfillment"]["state"], "fulfilled", "{polled}");
+        assert!(polled["refunds"].as_array().unwrap().is_empty());
+
+        // The failure branch: renewal 74 never completes before its deadline.
+        {
+            let mut b = business.lock().unwrap();
+            b.hang_after_commit = false;
+            b.never.insert("biz-R-74".into());
+        }
+        let failing = shop.pay_with("task-74", "biz-R-74", 3_000, "pull").await;
+        let failing_id = id_of(&failing);
+        let refund_reference = sluice_core::compensation_refund_reference(&attempt_reference(&failing));
+        shop.scan_until("the renewal to be tried", || async {
+            business.lock().unwrap().executes_for.get("biz-R-74").copied().unwrap_or(0) >= 1
+        })
+        .await;
+        assert_eq!(shop.fulfillment_state(&failing_id).await, FulfillmentState::AwaitingFulfillment);
+        // The deadline arrives: no more business calls; read once more, refund;
+        // the refund's answer is lost and the same refund reference is queried.
+        shop.pass_deadline(3_000);
+        let calls_at_deadline = business.lock().unwrap().executes_for["biz-R-74"];
+        shop.lose_next_refund_answer();
+        shop.scan_until("the compensation refund to settle", || async {
+            shop.fulfillment_state(&failing_id).await == FulfillmentState::Compensated
+        })
+        .await;
+        assert_eq!(business.lock().unwrap().executes_for["biz-R-74"], calls_at_deadline,
+            "no business action is started at or after the deadline");
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        let refunded = shop.payment(&failing_id).await;
+        assert_eq!(refunded["status"], "refunded", "{refunded}");
+        assert_eq!(refunded["status_reason"], "fulfillment_deadline_passed", "{refunded}");
+        // Renewal 73 kept its money throughout.
+        assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty());
     }
 }
