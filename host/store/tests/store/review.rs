@@ -256,3 +256,106 @@ dual_test! {
         assert!(matches!(dup, sluice_store::StoreError::Conflict(_)), "{dup:?}");
     }
 }
+
+dual_test! {
+    async fn a_dismissal_clears_the_flag_naming_both_operators_and_moves_no_state(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, attempt) = fx.succeeded(store, "DIS-1", 100).await;
+        let alice = store.create_operator("alice", &pepper()).await.unwrap();
+        let bob = store.create_operator("bob", &pepper()).await.unwrap();
+        let dismiss = NewProposal {
+            payment_id: payment.id.clone(),
+            outcome: ReviewOutcome::Dismiss,
+            target_id: None,
+            reason_code: "psp_confirms_success".into(),
+            evidence_note: "the PSP dashboard shows the charge captured".into(),
+            amount_minor: None,
+            proposed_by: alice.operator.id.clone(),
+        };
+        let not_flagged = store.create_proposal(&dismiss).await.unwrap_err();
+        assert!(matches!(not_flagged, ReviewError::NotApplicable(_)), "{not_flagged:?}");
+
+        // A contradicting webhook flags the payment; the success stands.
+        let mut ko = declined(EvidenceSource::Webhook);
+        ko.provider_event_id = Some("evt_contra".into());
+        store.apply_event(&on_attempt(&attempt, ko)).await.unwrap();
+        assert!(store.get_payment(None, &payment.id).await.unwrap().manual_review);
+
+        // An operator cannot turn the established success into a failure.
+        let wrong = store
+            .create_proposal(&proposal(&payment, &attempt, ReviewOutcome::AttemptFailed, &alice.operator.id))
+            .await
+            .unwrap();
+        let refused = store.approve_proposal(&wrong.id, &bob.operator.id, None).await.unwrap_err();
+        assert!(matches!(refused, ReviewError::Refused(_)), "{refused:?}");
+        assert_eq!(store.get_proposal(&wrong.id).await.unwrap().status, "refused");
+        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().state, AttemptState::Succeeded);
+        let flagged = store.get_payment(None, &payment.id).await.unwrap();
+        assert!(flagged.manual_review, "a refused resolution leaves the flag");
+
+        let p = store.create_proposal(&dismiss).await.unwrap();
+        let applied = store.approve_proposal(&p.id, &bob.operator.id, None).await.unwrap();
+        assert_eq!(applied.status, "applied");
+        let after = store.get_payment(None, &payment.id).await.unwrap();
+        assert!(!after.manual_review);
+        assert_eq!(after.state, flagged.state);
+        assert_eq!(after.version, flagged.version + 1);
+        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().state, AttemptState::Succeeded);
+        let row = store.timeline(&payment.id).await.unwrap().into_iter()
+            .find(|h| h.event_kind == RESOLVE_KIND).expect("resolution in history");
+        assert_eq!(row.evidence_source, "operator");
+        assert_eq!(row.actor.as_deref(), Some("operator:alice+operator:bob"));
+    }
+}
+
+dual_test! {
+    async fn an_unknown_refund_resolved_as_failed_by_two_operators_releases_its_reservation(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "RFU-1", 100).await;
+        let reserved = store
+            .reserve_refund(
+                &sluice_store::RefundRequest {
+                    payment_id: payment.id.clone(),
+                    merchant_id: None,
+                    amount: eur(40),
+                    reason: None,
+                },
+                &sys(),
+            )
+            .await
+            .unwrap();
+        store
+            .apply_event(&on_refund(&reserved.record.reference, event(EventKind::RefundUnknown, EvidenceSource::SyncResponse)))
+            .await
+            .unwrap();
+        assert_eq!(store.payment_amounts(&payment.id).await.unwrap().refund_reserved_minor, 40);
+        store
+            .flag_manual_review(PendingKind::Refund, &reserved.record.id, "refund UNKNOWN too long", &sys())
+            .await
+            .unwrap();
+        let alice = store.create_operator("alice", &pepper()).await.unwrap();
+        let bob = store.create_operator("bob", &pepper()).await.unwrap();
+        let p = store
+            .create_proposal(&NewProposal {
+                payment_id: payment.id.clone(),
+                outcome: ReviewOutcome::RefundFailed,
+                target_id: Some(reserved.record.id.clone()),
+                reason_code: "psp_never_received".into(),
+                evidence_note: "PSP support: no refund with this reference".into(),
+                amount_minor: None,
+                proposed_by: alice.operator.id.clone(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(p.target_type, "refund");
+        let applied = store.approve_proposal(&p.id, &bob.operator.id, None).await.unwrap();
+        assert_eq!(applied.status, "applied", "{applied:?}");
+        let refund = store.get_refund(&reserved.record.id).await.unwrap();
+        assert_eq!(refund.state, sluice_core::RefundState::Failed);
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.refund_reserved_minor, amounts.refunded_minor), (0, 0), "reservation released");
+        assert!(!store.get_payment(None, &payment.id).await.unwrap().manual_review);
+    }
+}
