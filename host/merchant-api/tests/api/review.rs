@@ -249,3 +249,47 @@ dual_test! {
         assert_eq!(created["actor"], "operator:alice+operator:bob");
     }
 }
+
+dual_test! {
+    async fn the_review_queue_lists_flagged_payments_and_old_unknowns_but_not_settled_ones(gw) {
+        let m = gw.merchant("Acme").await;
+        let (flagged_id, attempt_id) = unknown_payment(gw, &m, "rev-q1").await;
+        let (young_id, _) = unknown_payment(gw, &m, "rev-q2").await;
+        let mut body = payment_body("rev-q3", 500);
+        body["connector_account"] = json!(m.account);
+        body["confirm"] = json!(true);
+        let settled = gw.post(&m.key, "/v1/payments", &body).await.expect(201).json();
+        assert_eq!(settled["status"], "succeeded");
+        gw.store()
+            .flag_manual_review(
+                sluice_store::PendingKind::Attempt,
+                &attempt_id,
+                "UNKNOWN past its age",
+                &sluice_store::Provenance::actor("system:scanner"),
+            )
+            .await
+            .unwrap();
+        let alice = operator(gw, "alice").await;
+        let ids = |queue: &Value| -> Vec<String> {
+            queue["data"].as_array().unwrap().iter()
+                .map(|i| i["payment"]["id"].as_str().unwrap().to_owned()).collect()
+        };
+        // Default age (15 min): only the flagged payment.
+        let queue = as_operator(gw, &alice, "/admin/review/payments", None).await.expect(200).json();
+        assert_eq!(ids(&queue), vec![flagged_id.clone()]);
+        let item = &queue["data"][0];
+        assert_eq!(item["payment"]["manual_review"], true, "{item}");
+        assert!(item["timeline"].as_array().unwrap().iter()
+            .any(|e| e["event_kind"] == "COMMAND_ESCALATE_MANUAL_REVIEW" && e["actor"] == "system:scanner"), "{item}");
+        // Any UNKNOWN older than 0 ms: both, never the settled one.
+        let all = as_operator(gw, &alice, "/admin/review/payments?unknown_older_than_ms=0", None).await.expect(200).json();
+        let mut listed = ids(&all);
+        listed.sort();
+        let mut expected = vec![flagged_id, young_id];
+        expected.sort();
+        assert_eq!(listed, expected);
+        as_operator(gw, &alice, "/admin/review/payments?limit=0", None).await.expect_error(400, "parameter_invalid");
+        as_operator(gw, &alice, "/admin/review/payments?unknown_older_than_ms=-1", None).await.expect_error(400, "parameter_invalid");
+        as_operator(gw, &alice, "/admin/review/payments?colour=red", None).await.expect_error(400, "invalid_query");
+    }
+}
