@@ -331,3 +331,82 @@ dual_test! {
         assert!(store.list_refunds(&second.id).await.unwrap().is_empty());
     }
 }
+
+dual_test! {
+    /// Interleave pushes, business facts, deadline ticks, duplicate triggers
+    /// and compensation refund outcomes in pseudo-random orders (fixed seeds),
+    /// checking the money invariants after every step, in the database.
+    async fn interleaved_inputs_never_refund_a_fulfilled_payment_and_compensate_at_most_once(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let mut endings = std::collections::BTreeMap::<String, u32>::new();
+        for seed in 1..=10u64 {
+            let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let mut next = move |n: u64| {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (rng >> 33) % n
+            };
+            let goal = format!("goal-interleaved-{seed}");
+            let (payment, attempt) = paid(db, &fx, &format!("F-i{seed}a"), &goal).await;
+            let (_, sibling) = paid(db, &fx, &format!("F-i{seed}b"), &goal).await;
+            let cmp = compensation_refund_reference(&attempt.reference);
+            for step in 0..14 {
+                let now = db.clock.now_ms();
+                let input = match next(7) {
+                    0 => Some(push(&attempt.reference)),
+                    1 if next(3) == 0 => Some(push(&sibling.reference)),
+                    1 => Some(push(&attempt.reference)),
+                    2 => Some(FulfillmentInput::CheckDue),
+                    3 => Some(FulfillmentInput::Fact(FactReading {
+                        fact: match next(3) {
+                            0 => BusinessFact::Fulfilled { attributed_to: Some(attempt.reference.clone()) },
+                            1 if next(2) == 0 => BusinessFact::Fulfilled { attributed_to: Some(sibling.reference.clone()) },
+                            _ => BusinessFact::NotFulfilled,
+                        },
+                        read_started_at_ms: now,
+                    })),
+                    4 => {
+                        db.clock.advance(20_000);
+                        None
+                    }
+                    5 => {
+                        // The refund's own outcome, through the payment door.
+                        if store.get_refund_by_reference(&cmp).await.is_ok() {
+                            let kind = if next(2) == 0 { EventKind::RefundSucceeded } else { EventKind::RefundProcessing };
+                            let _ = store.apply_event(&on_refund(&cmp, event(kind, EvidenceSource::Webhook))).await;
+                        }
+                        None
+                    }
+                    _ => {
+                        // A stale duplicate of whatever came last.
+                        Some(FulfillmentInput::CheckDue)
+                    }
+                };
+                if let Some(input) = input {
+                    store.apply_fulfillment(&payment.id, &input, &sys()).await.unwrap();
+                }
+                let state = state_of(store, &payment.id).await;
+                let refunds = store.list_refunds(&payment.id).await.unwrap();
+                let context = format!("seed {seed} step {step}: {state:?} {refunds:?}");
+                assert!(refunds.len() <= 1, "{context}");
+                assert!(refunds.iter().all(|r| r.reference == cmp), "{context}");
+                match state {
+                    FulfillmentState::Fulfilled => assert!(refunds.is_empty(), "{context}"),
+                    FulfillmentState::Compensating => assert_eq!(refunds.len(), 1, "{context}"),
+                    FulfillmentState::Compensated => {
+                        assert_eq!(refunds.len(), 1, "{context}");
+                        assert_eq!(refunds[0].state, RefundState::Succeeded, "{context}");
+                    }
+                    _ => {}
+                }
+            }
+            *endings.entry(state_of(store, &payment.id).await.to_string()).or_default() += 1;
+        }
+        // The seeds reach both outcomes, so the invariants were really exercised.
+        assert!(endings.contains_key("fulfilled"), "{endings:?}");
+        assert!(
+            endings.contains_key("compensated") || endings.contains_key("compensating"),
+            "{endings:?}"
+        );
+    }
+}
