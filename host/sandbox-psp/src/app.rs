@@ -24,6 +24,23 @@ pub struct App {
     pub idempotency: Mutex<IdempotencyStore>,
     pub hub: Hub,
     pub shutdown: watch::Receiver<bool>,
+    /// Every lookup of a payment, with when it started and ended.
+    pub queries: Mutex<Vec<QueryRecord>>,
+}
+
+/// One lookup of a payment (Stripe retrieve or search of a PaymentIntent):
+/// which attempt reference it was about and when it started and ended, so
+/// tests can show that two gateway instances never query one attempt at the
+/// same moment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueryRecord {
+    /// The attempt reference (`metadata[sluice_attempt_reference]`), or the
+    /// PaymentIntent id when a retrieve named an unknown one.
+    pub reference: String,
+    /// `retrieve` or `search`.
+    pub kind: String,
+    pub started_unix_ms: i64,
+    pub ended_unix_ms: i64,
 }
 
 /// An HTTP answer before format-specific headers are added.

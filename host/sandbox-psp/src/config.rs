@@ -135,6 +135,10 @@ pub struct SandboxConfig {
     pub refund_behaviour: RefundBehaviour,
     /// Connector name → target, installed at start.
     pub webhook_targets: BTreeMap<String, WebhookTarget>,
+    /// How long every Stripe-format lookup (retrieve or search of a
+    /// PaymentIntent) takes before it answers; zero answers at once. Makes
+    /// overlapping queries observable in [`crate::QueryRecord`]s.
+    pub query_delay: Duration,
 }
 
 /// The Stripe key a default sandbox accepts.
@@ -157,6 +161,7 @@ impl Default for SandboxConfig {
             retry: RetryPolicy::default(),
             refund_behaviour: RefundBehaviour::Succeed,
             webhook_targets: BTreeMap::new(),
+            query_delay: Duration::ZERO,
         }
     }
 }

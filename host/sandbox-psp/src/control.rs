@@ -29,6 +29,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/3ds/{id}", get(three_ds))
         .route("/refunds", get(refunds))
         .route("/deliveries", get(deliveries))
+        .route("/queries", get(queries))
         .route("/webhook_targets", get(targets))
         .route(
             "/webhook_targets/{connector}",
@@ -125,6 +126,10 @@ async fn three_ds(
 
 async fn refunds(State(app): State<Arc<App>>) -> Response {
     Json(lock(&app.ledger).all_refunds()).into_response()
+}
+
+async fn queries(State(app): State<Arc<App>>) -> Response {
+    Json(lock(&app.queries).clone()).into_response()
 }
 
 async fn deliveries(State(app): State<Arc<App>>) -> Response {

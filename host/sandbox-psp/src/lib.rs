@@ -37,6 +37,7 @@ pub use config::{
     DeliveryFaults, Format, IdempotencyScope, RefundBehaviour, RetryPolicy, SandboxConfig,
     WebhookTarget, DEFAULT_ADYEN_API_KEY, DEFAULT_STRIPE_API_KEY,
 };
+pub use app::QueryRecord;
 pub use model::{PayStatus, Payment, ReferenceCount, Refund, RefundStatus};
 pub use signing::{
     adyen_hmac_signature, adyen_signing_payload, stripe_signature_header, stripe_v1_signature,
@@ -90,6 +91,7 @@ pub async fn start(config: SandboxConfig) -> Result<SandboxHandle, SandboxError>
         ids,
         hub,
         shutdown: shutdown_rx.clone(),
+        queries: Mutex::new(Vec::new()),
     });
     let router = Router::new()
         .nest("/stripe", stripe::routes())
@@ -194,6 +196,12 @@ impl SandboxHandle {
 
     pub fn refund(&self, id: &str) -> Option<Refund> {
         self.app.find_refund(id)
+    }
+
+    /// Every payment lookup so far (Stripe retrieve and search), with its
+    /// start and end times, in the order they ended.
+    pub fn queries(&self) -> Vec<QueryRecord> {
+        lock(&self.app.queries).clone()
     }
 
     /// Every webhook delivery attempt so far, with the gateway's answer.

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::app::{notices_of, respond, Answer, App, Executed, Operation, Pending};
+use crate::app::{notices_of, respond, Answer, App, Executed, Operation, Pending, QueryRecord};
 use crate::config::Format;
 use crate::faults::{behaviour_for, CardOutcome, Transport};
 use crate::idempotency::Claim;
@@ -19,7 +19,7 @@ use crate::model::{
     Happening, NewPayment, NewRefund, PayStatus, Payment, Refund, RefundStatus, Refusal,
 };
 use crate::notices::notices_for;
-use crate::util::lock;
+use crate::util::{lock, now_unix_millis};
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -295,13 +295,30 @@ async fn retrieve_payment_intent(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let started = now_unix_millis();
+    app.sleep_unless_shutdown(app.config.query_delay).await;
+    let mut reference = id.clone();
     let result = authenticate(&app, &headers).map(|api_key| {
         match lock(&app.ledger).payment(&api_key, &id) {
-            Some(p) => Answer::json(200, &payment_intent_json(p)),
+            Some(p) => {
+                reference = p.reference.clone();
+                Answer::json(200, &payment_intent_json(p))
+            }
             None => no_such("payment_intent", &id, "intent"),
         }
     });
+    record_query(&app, reference, "retrieve", started);
     finish(result, None)
+}
+
+/// Logs one lookup for [`crate::QueryRecord`].
+fn record_query(app: &App, reference: String, kind: &str, started_unix_ms: i64) {
+    lock(&app.queries).push(QueryRecord {
+        reference,
+        kind: kind.to_owned(),
+        started_unix_ms,
+        ended_unix_ms: now_unix_millis(),
+    });
 }
 
 async fn search_payment_intents(
@@ -309,6 +326,9 @@ async fn search_payment_intents(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
+    let started = now_unix_millis();
+    app.sleep_unless_shutdown(app.config.query_delay).await;
+    let mut references = Vec::new();
     let result = (|| {
         let api_key = authenticate(&app, &headers)?;
         let params = query_params(query.as_deref())?;
@@ -328,6 +348,12 @@ async fn search_payment_intents(
                 Some("query"),
             ));
         };
+        references.extend(
+            pairs
+                .iter()
+                .filter(|(key, _)| key == "sluice_attempt_reference")
+                .map(|(_, value)| value.clone()),
+        );
         let mut found = lock(&app.ledger).search_by_metadata(&api_key, &pairs);
         found.reverse();
         let data: Vec<Value> = found.iter().map(payment_intent_json).collect();
@@ -342,6 +368,12 @@ async fn search_payment_intents(
             }),
         ))
     })();
+    if references.is_empty() {
+        references.push(query.unwrap_or_default());
+    }
+    for reference in references {
+        record_query(&app, reference, "search", started);
+    }
     finish(result, None)
 }
 

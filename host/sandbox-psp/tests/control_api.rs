@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
-use sluice_sandbox_psp::DeliveryFaults;
+use sluice_sandbox_psp::{DeliveryFaults, SandboxConfig};
 
 async fn control_get(base: &str, path: &str) -> Reply {
     reply(
@@ -277,4 +277,42 @@ async fn shutdown_cuts_a_held_answer_short_and_stops_the_server() {
         .send()
         .await
         .is_err());
+}
+
+#[tokio::test]
+async fn the_query_log_records_every_lookup_with_its_attempt_reference_and_duration() {
+    let sb = sandbox_with(SandboxConfig {
+        query_delay: Duration::from_millis(120),
+        ..fast_config()
+    })
+    .await;
+    let created = stripe_create(&sb, "att_q", "pm_card_visa", "1000", "automatic").await;
+    let id = created.json["id"].as_str().unwrap_or_default().to_owned();
+    let (search, retrieve) = tokio::join!(
+        stripe_get(&sb, &search_path("att_q")),
+        stripe_get(&sb, &format!("/v1/payment_intents/{id}")),
+    );
+    assert_eq!(search.status, 200, "{}", search.json);
+    assert_eq!(retrieve.status, 200, "{}", retrieve.json);
+
+    let log = control_get(&sb.base_url(), "/queries").await;
+    let records = log.json.as_array().cloned().unwrap_or_default();
+    assert_eq!(records.len(), 2, "{}", log.json);
+    let mut kinds: Vec<&str> = records.iter().filter_map(|r| r["kind"].as_str()).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["retrieve", "search"]);
+    for record in &records {
+        assert_eq!(record["reference"], "att_q", "{record}");
+        let took = record["ended_unix_ms"].as_i64().unwrap_or(0)
+            - record["started_unix_ms"].as_i64().unwrap_or(0);
+        assert!(took >= 120, "the lookup answered before the query delay: {record}");
+    }
+    // The two lookups ran at the same time, and the log shows it.
+    assert!(
+        records[0]["started_unix_ms"].as_i64() < records[1]["ended_unix_ms"].as_i64()
+            && records[1]["started_unix_ms"].as_i64() < records[0]["ended_unix_ms"].as_i64(),
+        "{}",
+        log.json
+    );
+    assert_eq!(sb.queries().len(), 2);
 }

@@ -34,6 +34,8 @@ pub struct Config {
     pub default_limits: LimitsConfig,
     /// Per-adapter overrides, by adapter name.
     pub adapter_limits: BTreeMap<String, LimitsConfig>,
+    /// Timings of the background workers (`[workers]`).
+    pub workers: WorkerTimings,
 }
 
 impl Config {
@@ -91,6 +93,55 @@ impl LimitsConfig {
     }
 }
 
+/// Timings of the background workers, as written in `[workers]` (milliseconds).
+/// Unset fields keep the built-in defaults, which suit production; tests and
+/// demos shorten them so that recovery after a crash is quick.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerTimings {
+    /// Pause between recovery scanner rounds.
+    pub scanner_interval_ms: Option<u64>,
+    /// How long a scanner instance holds a row it works on (a crashed
+    /// holder's lease lapses after this).
+    pub scanner_lease_ms: Option<u64>,
+    /// A SUBMITTED attempt, capture or refund with no answer for this long is queried.
+    pub submitted_timeout_ms: Option<u64>,
+    /// A PSP that said "processing" is asked again after this long.
+    pub processing_timeout_ms: Option<u64>,
+    /// First backoff step of UNKNOWN queries (doubles per query).
+    pub query_backoff_ms: Option<u64>,
+    /// Cap of the query backoff.
+    pub max_query_backoff_ms: Option<u64>,
+    /// An UNKNOWN older than this is flagged for manual review (queries go on).
+    pub max_unknown_age_ms: Option<u64>,
+    /// An outcome that became UNKNOWN is first queried after this long.
+    pub first_query_delay_ms: Option<u64>,
+    /// A call in flight younger than its budget plus this grace belongs to its sender.
+    pub in_flight_grace_ms: Option<u64>,
+    /// How long the inbox processor holds a PSP webhook it works on.
+    pub inbox_lease_ms: Option<u64>,
+    /// How long the publisher holds an outbox event it fans out.
+    pub outbox_lease_ms: Option<u64>,
+    /// How long the publisher holds a delivery it sends; must exceed twice
+    /// `delivery_timeout_ms` and twice `nats_ack_timeout_ms`.
+    pub delivery_lease_ms: Option<u64>,
+    /// Whole-request timeout of one merchant webhook POST.
+    pub delivery_timeout_ms: Option<u64>,
+    /// How long the publisher waits for JetStream's PubAck.
+    pub nats_ack_timeout_ms: Option<u64>,
+    /// Sleep of the publisher between passes that found nothing to do.
+    pub publisher_poll_ms: Option<u64>,
+    /// How long a merchant request holds its `Idempotency-Key` before a retry
+    /// may take it over (the request's instance may have died). Longer than
+    /// any request runs.
+    pub idempotency_lease_ms: Option<u64>,
+}
+
+/// `Some(ms)` as a duration.
+pub fn millis(value: Option<u64>) -> Option<Duration> {
+    value.map(Duration::from_millis)
+}
+
 /// A string that never shows up in logs or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -145,6 +196,8 @@ struct FileConfig {
     limits: LimitsConfig,
     #[serde(default)]
     adapters: BTreeMap<String, FileAdapterConfig>,
+    #[serde(default)]
+    workers: WorkerTimings,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,6 +306,7 @@ impl Config {
                 .filter(|(_, a)| !a.limits.is_empty())
                 .map(|(name, a)| (name, a.limits))
                 .collect(),
+            workers: file.workers,
         })
     }
 }
@@ -333,6 +387,25 @@ mod tests {
         assert_eq!(stripe.memory_bytes, Some(1000));
         assert_eq!(stripe.cpu_deadline(), Some(Duration::from_millis(200)));
         assert_eq!(config.limits_for("adyen").cpu_deadline_ms, Some(50));
+    }
+
+    #[test]
+    fn worker_timings_come_from_the_workers_section() {
+        let text = r#"
+            [workers]
+            scanner_interval_ms = 200
+            delivery_lease_ms = 5000
+        "#;
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        assert_eq!(config.workers.scanner_interval_ms, Some(200));
+        assert_eq!(config.workers.delivery_lease_ms, Some(5000));
+        assert_eq!(config.workers.inbox_lease_ms, None);
+        let err = Config::from_parts(
+            Some(("[workers]\nscanner_intervall_ms = 1", Path::new("s.toml"))),
+            no_env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("scanner_intervall_ms"), "{err}");
     }
 
     #[test]

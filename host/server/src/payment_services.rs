@@ -13,7 +13,7 @@ use sluice_delivery::{
     admin_router as delivery_admin_router, DeliveryAdmin, DeliveryMetrics, EndpointPolicy,
     NatsSinkConfig, Publisher, PublisherConfig,
 };
-use sluice_merchant_api::{MerchantApiState, IDEMPOTENCY_KEY_TTL};
+use sluice_merchant_api::{ApiConfig, MerchantApiState, IDEMPOTENCY_KEY_TTL};
 use sluice_orchestrator::{Orchestrator, OrchestratorConfig, ReqwestTransport};
 use sluice_scanner::{Scanner, ScannerConfig};
 use sluice_store::{ApiKeyPepper, Store, SystemClock};
@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 
 use crate::auth::{require_admin, AdminAuth};
 use crate::pending_metrics::PendingMetrics;
+use crate::config::{millis, WorkerTimings};
 
 /// Why the payment services could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,12 @@ pub struct PaymentSettings {
     pub nats_url: Option<String>,
     /// Accept plain-http merchant webhook endpoints (demo and tests only).
     pub allow_http_endpoints: bool,
+    /// JetStream stream name (`SLUICE_NATS_STREAM`), else the sink's default.
+    pub nats_stream: Option<String>,
+    /// Subject prefix (`SLUICE_NATS_SUBJECT_PREFIX`), else the sink's default.
+    pub nats_subject_prefix: Option<String>,
+    /// Timings of the workers (`[workers]`); unset fields keep the defaults.
+    pub workers: WorkerTimings,
 }
 
 /// The assembled services. Cheap to clone.
@@ -66,30 +73,38 @@ impl PaymentServices {
     ) -> Result<Self, PaymentServicesError> {
         let transport =
             ReqwestTransport::new().map_err(|e| PaymentServicesError::Transport(e.to_string()))?;
+        let timings = &settings.workers;
+        let mut orchestrator_config = OrchestratorConfig::default();
+        if let Some(grace) = millis(timings.in_flight_grace_ms) {
+            orchestrator_config.in_flight_grace = grace;
+        }
+        if let Some(lease) = millis(timings.inbox_lease_ms) {
+            orchestrator_config.inbox.lease = lease;
+        }
         let orchestrator = Orchestrator::new(
             store.clone(),
             runtime,
             Arc::new(transport),
             Arc::new(SystemClock),
-            OrchestratorConfig::default(),
+            orchestrator_config,
         );
         let registry = prometheus::Registry::new_custom(None, None)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         let delivery_metrics = DeliveryMetrics::register(&registry)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
-        let publisher_config = PublisherConfig {
-            nats: settings.nats_url.clone().map(|url| NatsSinkConfig {
-                url,
-                ..NatsSinkConfig::default()
-            }),
-            ..PublisherConfig::default()
-        };
-        let publisher = Publisher::new(store, publisher_config, delivery_metrics)
+        let publisher = Publisher::new(store, publisher_config(&settings), delivery_metrics)
             .map_err(|e| PaymentServicesError::Delivery(e.to_string()))?;
-        let scanner =
-            Scanner::with_metrics(orchestrator.clone(), ScannerConfig::default(), &registry)
-                .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
-        let merchant_api = MerchantApiState::new(orchestrator.clone(), pepper);
+        let scanner = Scanner::with_metrics(
+            orchestrator.clone(),
+            scanner_config(timings),
+            &registry,
+        )
+        .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
+        let mut api_config = ApiConfig::default();
+        if let Some(lease) = timings.idempotency_lease_ms {
+            api_config.idempotency_lease_ms = i64::try_from(lease).unwrap_or(i64::MAX);
+        }
+        let merchant_api = MerchantApiState::with_config(orchestrator.clone(), pepper, api_config);
         merchant_api
             .webhook_metrics()
             .register(&registry)
@@ -166,6 +181,65 @@ impl PaymentServices {
         workers.spawn(prune_idempotency_keys(store, shutdown));
         workers
     }
+}
+
+/// The publisher's settings: defaults, the NATS sink when configured, and
+/// the `[workers]` timings.
+fn publisher_config(settings: &PaymentSettings) -> PublisherConfig {
+    let timings = &settings.workers;
+    let mut config = PublisherConfig {
+        nats: settings.nats_url.clone().map(|url| {
+            let mut nats = NatsSinkConfig {
+                url,
+                ..NatsSinkConfig::default()
+            };
+            if let Some(stream) = &settings.nats_stream {
+                nats.stream = stream.clone();
+            }
+            if let Some(prefix) = &settings.nats_subject_prefix {
+                nats.subject_prefix = prefix.clone();
+            }
+            if let Some(timeout) = millis(timings.nats_ack_timeout_ms) {
+                nats.ack_timeout = timeout;
+            }
+            nats
+        }),
+        ..PublisherConfig::default()
+    };
+    if let Some(lease) = millis(timings.outbox_lease_ms) {
+        config.outbox_lease = lease;
+    }
+    if let Some(lease) = millis(timings.delivery_lease_ms) {
+        config.delivery_lease = lease;
+    }
+    if let Some(timeout) = millis(timings.delivery_timeout_ms) {
+        config.http_timeout = timeout;
+    }
+    if let Some(poll) = millis(timings.publisher_poll_ms) {
+        config.poll_interval = poll;
+    }
+    config
+}
+
+/// The scanner's settings: defaults with the `[workers]` timings on top.
+fn scanner_config(timings: &WorkerTimings) -> ScannerConfig {
+    let mut config = ScannerConfig::default();
+    if let Some(interval) = millis(timings.scanner_interval_ms) {
+        config.round_interval = interval;
+    }
+    if let Some(lease) = millis(timings.scanner_lease_ms) {
+        config.lease = lease;
+    }
+    let policy = &mut config.policy;
+    let ms = |value: Option<u64>, default: i64| {
+        value.map_or(default, |v| i64::try_from(v).unwrap_or(i64::MAX))
+    };
+    policy.submitted_timeout_ms = ms(timings.submitted_timeout_ms, policy.submitted_timeout_ms);
+    policy.processing_timeout_ms = ms(timings.processing_timeout_ms, policy.processing_timeout_ms);
+    policy.base_backoff_ms = ms(timings.query_backoff_ms, policy.base_backoff_ms);
+    policy.max_backoff_ms = ms(timings.max_query_backoff_ms, policy.max_backoff_ms);
+    policy.max_unknown_age_ms = ms(timings.max_unknown_age_ms, policy.max_unknown_age_ms);
+    config
 }
 
 async fn wait_for_true(mut flag: watch::Receiver<bool>) {

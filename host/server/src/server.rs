@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig, SandboxLimits};
-use sluice_store::{Store, StoreError};
+use sluice_store::{Store, StoreError, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -116,7 +116,11 @@ impl RunningServer {
 
 /// Connects to the database and migrates it.
 pub async fn open_store(config: &Config) -> Result<Store, StartError> {
-    let store = Store::connect(config.database_url.expose())
+    let mut options = StoreOptions::default();
+    if let Some(delay) = crate::config::millis(config.workers.first_query_delay_ms) {
+        options.first_query_delay = delay;
+    }
+    let store = Store::connect_with(config.database_url.expose(), options)
         .await
         .map_err(StartError::Database)?;
     store.migrate().await.map_err(StartError::Migrate)?;
@@ -149,12 +153,13 @@ pub async fn start(
         adapters.runtime().clone(),
         pepper,
         PaymentSettings {
-            nats_url: std::env::var("SLUICE_NATS_URL")
-                .ok()
-                .filter(|u| !u.is_empty()),
+            nats_url: non_empty_env("SLUICE_NATS_URL"),
             // Plain-http merchant endpoints only for a gateway that is itself
             // only reachable from this machine (demo, tests).
             allow_http_endpoints: config.listen.ip().is_loopback(),
+            nats_stream: non_empty_env("SLUICE_NATS_STREAM"),
+            nats_subject_prefix: non_empty_env("SLUICE_NATS_SUBJECT_PREFIX"),
+            workers: config.workers.clone(),
         },
     )?;
     let payment_routes = services.router(auth.clone());
@@ -206,6 +211,10 @@ pub async fn start(
         stop_workers,
         workers,
     })
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 /// Resolves on ctrl-c or SIGTERM.

@@ -113,7 +113,10 @@ impl Store {
             reason: request.reason.clone(),
             state: RefundState::Created,
             version: 0,
-            next_retry_time: None,
+            // In the recovery scan set from the start: if this process dies
+            // before the first PSP call records anything, the scanner sends
+            // it (same reference) instead of leaving the money reserved.
+            next_retry_time: Some(now.saturating_add(self.query_delay_ms)),
             retry_count: 0,
             last_psp_call_at: None,
             last_event: None,
@@ -123,8 +126,9 @@ impl Store {
         };
         sqlx::query(
             "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
-                currency, reason, state, version, retry_count, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $10)",
+                currency, reason, state, version, retry_count, next_retry_time, created_at, \
+                updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $11, $10, $10)",
         )
         .bind(&refund.id)
         .bind(&refund.payment_id)
@@ -136,6 +140,7 @@ impl Store {
         .bind(refund.reason.as_deref())
         .bind(refund.state.as_str())
         .bind(now)
+        .bind(refund.next_retry_time)
         .execute(&mut **tx)
         .await?;
         let reason = format!(
@@ -215,7 +220,10 @@ impl Store {
             amount: request.amount,
             state: CaptureState::Created,
             version: 0,
-            next_retry_time: None,
+            // In the recovery scan set from the start: if this process dies
+            // before the first PSP call records anything, the scanner sends
+            // it (same reference) instead of leaving the money reserved.
+            next_retry_time: Some(now.saturating_add(self.query_delay_ms)),
             retry_count: 0,
             last_psp_call_at: None,
             last_event: None,
@@ -225,8 +233,8 @@ impl Store {
         };
         sqlx::query(
             "INSERT INTO captures (id, payment_id, attempt_id, reference, adapter, amount_minor, \
-                currency, state, version, retry_count, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, $9, $9)",
+                currency, state, version, retry_count, next_retry_time, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, $10, $9, $9)",
         )
         .bind(&capture.id)
         .bind(&capture.payment_id)
@@ -237,6 +245,7 @@ impl Store {
         .bind(capture.amount.currency.as_str())
         .bind(capture.state.as_str())
         .bind(now)
+        .bind(capture.next_retry_time)
         .execute(&mut *tx)
         .await?;
         let reason = format!(

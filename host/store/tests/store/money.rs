@@ -187,3 +187,43 @@ dual_test! {
         }
     }
 }
+
+dual_test! {
+    /// A process that dies between reserving a refund or capture and its first
+    /// PSP call must not strand the reserved money: the new row is in the
+    /// recovery scan set once the first query delay has passed (found by the
+    /// kill -9 test: a capture stayed CREATED with its amount reserved).
+    async fn a_reserved_refund_and_capture_enter_the_recovery_scan_set_before_any_psp_call(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "RS-1", 100).await;
+        let refund = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
+        let (manual, attempt) = fx.submitted(store, "RS-2", 100, sluice_core::CaptureMode::Manual).await;
+        let mut auth = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
+        auth.psp_reference = Some("pi_RS2".into());
+        store.apply_event(&on_attempt(&attempt, auth)).await.unwrap();
+        let capture = store
+            .reserve_capture(
+                &sluice_store::CaptureRequest {
+                    payment_id: manual.id.clone(),
+                    merchant_id: None,
+                    amount: eur(100),
+                },
+                &sys(),
+            )
+            .await
+            .unwrap();
+
+        let now = db.clock.now_ms();
+        assert!(store.due_refunds(now, 10, None).await.unwrap().is_empty(), "not before the delay");
+        assert!(store.due_captures(now, 10, None).await.unwrap().is_empty(), "not before the delay");
+        let later = now + 60_000;
+        let refunds: Vec<String> =
+            store.due_refunds(later, 10, None).await.unwrap().into_iter().map(|r| r.id).collect();
+        assert_eq!(refunds, [refund.record.id.clone()]);
+        let captures: Vec<String> =
+            store.due_captures(later, 10, None).await.unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(captures, [capture.record.id.clone()]);
+        assert!(refund.record.next_retry_time.is_some_and(|t| t > now && t <= later));
+    }
+}
