@@ -139,7 +139,8 @@ pub enum RecoveryAction {
         reference: String,
         next_retry_at_ms: i64,
     },
-    /// UNKNOWN for too long: flag for an operator (with the timeline). The
+    /// UNKNOWN for too long (or a capture or refund still open that long):
+    /// flag for an operator (with the timeline). The
     /// item stays pending and is still queried at `next_retry_at_ms`.
     EscalateToManualReview {
         reference: String,
@@ -272,6 +273,27 @@ pub fn decide_recovery(
     }
     if item.state.is_unknown() {
         return unknown(item, now_ms, jitter, policy);
+    }
+    // A capture or refund still open past the same age goes to an operator
+    // too, whatever its state: one recorded as sent by a process that died
+    // before sending stays PROCESSING (a query shows nothing captured or
+    // refunded, which proves nothing either way) with its amount reserved.
+    // Queries go on; the flag is raised once.
+    if matches!(
+        item.state,
+        PendingState::Capture(_) | PendingState::Refund(_)
+    ) {
+        let age_ms = now_ms.saturating_sub(item.created_at_ms);
+        if !item.in_manual_review && age_ms >= policy.max_unknown_age_ms {
+            return RecoveryAction::EscalateToManualReview {
+                reference: item.reference.clone(),
+                age_ms,
+                next_retry_at_ms: after(
+                    now_ms,
+                    policy.backoff_delay(item.retry_count.saturating_add(1), jitter),
+                ),
+            };
+        }
     }
     match item.state {
         PendingState::Attempt(A::Authorized) => RecoveryAction::Nothing,

@@ -77,14 +77,14 @@ fn every_pending_state_has_its_recovery_action() {
         (P::Attempt(A::Failed),         [Nothing, Nothing, Nothing, Nothing]),
         (P::Attempt(A::Canceled),       [Nothing, Nothing, Nothing, Nothing]),
         (P::Attempt(A::Unknown),        [NotYet, QueryBackoff, QueryBackoff, Escalate]),
-        (P::Refund(R::Created),         [NotYet, Query,  Query,   Query]),
-        (P::Refund(R::Processing),      [NotYet, NotYet, Query,   Query]),
+        (P::Refund(R::Created),         [NotYet, Query,  Query,   Escalate]),
+        (P::Refund(R::Processing),      [NotYet, NotYet, Query,   Escalate]),
         (P::Refund(R::Unknown),         [NotYet, QueryBackoff, QueryBackoff, Escalate]),
         (P::Refund(R::Succeeded),       [Nothing, Nothing, Nothing, Nothing]),
         (P::Refund(R::Failed),          [Nothing, Nothing, Nothing, Nothing]),
         (P::Refund(R::Canceled),        [Nothing, Nothing, Nothing, Nothing]),
-        (P::Capture(C::Created),        [NotYet, Query,  Query,   Query]),
-        (P::Capture(C::Processing),     [NotYet, NotYet, Query,   Query]),
+        (P::Capture(C::Created),        [NotYet, Query,  Query,   Escalate]),
+        (P::Capture(C::Processing),     [NotYet, NotYet, Query,   Escalate]),
         (P::Capture(C::Unknown),        [NotYet, QueryBackoff, QueryBackoff, Escalate]),
         (P::Capture(C::Succeeded),      [Nothing, Nothing, Nothing, Nothing]),
         (P::Capture(C::Failed),         [Nothing, Nothing, Nothing, Nothing]),
@@ -172,6 +172,48 @@ fn unknown_is_escalated_after_its_maximum_age_and_still_queried_under_review() {
         kind(&under_review),
         K::QueryBackoff,
         "escalated once, queried forever"
+    );
+}
+
+#[test]
+fn a_capture_or_refund_open_past_the_maximum_age_is_escalated_once_whatever_its_state() {
+    // Found by the kill -9 test: a capture recorded PROCESSING by a process
+    // killed before it sent the request; every query shows the payment still
+    // uncaptured, so nothing but an operator can end it.
+    for state in [
+        P::Capture(C::Created),
+        P::Capture(C::Processing),
+        P::Refund(R::Created),
+        P::Refund(R::Processing),
+    ] {
+        let mut open = item(state);
+        open.retry_count = 40;
+        open.last_attempt_at_ms = Some(T0 + DAY - HOUR);
+        let at = T0 + policy().max_unknown_age_ms;
+        assert_eq!(
+            decide_recovery(&open, at, 0.3, &policy()),
+            RecoveryAction::EscalateToManualReview {
+                reference: "att_1".into(),
+                age_ms: policy().max_unknown_age_ms,
+                next_retry_at_ms: at + policy().backoff_delay(41, 0.3),
+            },
+            "{state:?}"
+        );
+        assert_ne!(
+            kind(&decide_recovery(&open, at - 1, 0.3, &policy())),
+            K::Escalate
+        );
+        open.in_manual_review = true;
+        assert_ne!(
+            kind(&decide_recovery(&open, at, 0.3, &policy())),
+            K::Escalate
+        );
+    }
+    // Attempts are not: a PROCESSING attempt may legitimately wait for the PSP.
+    let attempt = item(P::Attempt(A::Processing));
+    assert_ne!(
+        kind(&decide_recovery(&attempt, T0 + 2 * DAY, 0.3, &policy())),
+        K::Escalate
     );
 }
 

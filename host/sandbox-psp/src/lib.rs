@@ -33,11 +33,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use app::QueryRecord;
 pub use config::{
     DeliveryFaults, Format, IdempotencyScope, RefundBehaviour, RetryPolicy, SandboxConfig,
     WebhookTarget, DEFAULT_ADYEN_API_KEY, DEFAULT_STRIPE_API_KEY,
 };
-pub use app::QueryRecord;
 pub use model::{PayStatus, Payment, ReferenceCount, Refund, RefundStatus};
 pub use signing::{
     adyen_hmac_signature, adyen_signing_payload, stripe_signature_header, stripe_v1_signature,

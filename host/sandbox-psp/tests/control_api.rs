@@ -288,10 +288,9 @@ async fn the_query_log_records_every_lookup_with_its_attempt_reference_and_durat
     .await;
     let created = stripe_create(&sb, "att_q", "pm_card_visa", "1000", "automatic").await;
     let id = created.json["id"].as_str().unwrap_or_default().to_owned();
-    let (search, retrieve) = tokio::join!(
-        stripe_get(&sb, &search_path("att_q")),
-        stripe_get(&sb, &format!("/v1/payment_intents/{id}")),
-    );
+    let (search_url, retrieve_url) = (search_path("att_q"), format!("/v1/payment_intents/{id}"));
+    let (search, retrieve) =
+        tokio::join!(stripe_get(&sb, &search_url), stripe_get(&sb, &retrieve_url),);
     assert_eq!(search.status, 200, "{}", search.json);
     assert_eq!(retrieve.status, 200, "{}", retrieve.json);
 
@@ -305,7 +304,10 @@ async fn the_query_log_records_every_lookup_with_its_attempt_reference_and_durat
         assert_eq!(record["reference"], "att_q", "{record}");
         let took = record["ended_unix_ms"].as_i64().unwrap_or(0)
             - record["started_unix_ms"].as_i64().unwrap_or(0);
-        assert!(took >= 120, "the lookup answered before the query delay: {record}");
+        assert!(
+            took >= 120,
+            "the lookup answered before the query delay: {record}"
+        );
     }
     // The two lookups ran at the same time, and the log shows it.
     assert!(

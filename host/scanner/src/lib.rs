@@ -590,9 +590,14 @@ impl Scanner {
                 // `payment.needs_review` in one transaction, no state change.
                 // A row that turned terminal meanwhile flags nothing.
                 let reason = format!(
-                    "{} {} UNKNOWN for {} s, past the {} s limit: an operator must decide",
+                    "{} {} {} for {} s, past the {} s limit: an operator must decide",
                     due::kind_label(due.kind),
                     due.id,
+                    if due.state.is_unknown() {
+                        "UNKNOWN"
+                    } else {
+                        "still open"
+                    },
                     age_ms / 1000,
                     self.inner.config.policy.max_unknown_age_ms / 1000
                 );

@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::auth::{require_admin, AdminAuth};
-use crate::pending_metrics::PendingMetrics;
 use crate::config::{millis, WorkerTimings};
+use crate::pending_metrics::PendingMetrics;
 
 /// Why the payment services could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -94,12 +94,9 @@ impl PaymentServices {
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         let publisher = Publisher::new(store, publisher_config(&settings), delivery_metrics)
             .map_err(|e| PaymentServicesError::Delivery(e.to_string()))?;
-        let scanner = Scanner::with_metrics(
-            orchestrator.clone(),
-            scanner_config(timings),
-            &registry,
-        )
-        .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
+        let scanner =
+            Scanner::with_metrics(orchestrator.clone(), scanner_config(timings), &registry)
+                .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
         let mut api_config = ApiConfig::default();
         if let Some(lease) = timings.idempotency_lease_ms {
             api_config.idempotency_lease_ms = i64::try_from(lease).unwrap_or(i64::MAX);

@@ -73,16 +73,22 @@ fn median(rt: &tokio::runtime::Runtime, store: &Store, now: i64, runs: usize) ->
 }
 
 async fn explain(conn: &mut sqlx::PgConnection, generic: bool, now: i64) -> String {
-    let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
+    let mode = if generic {
+        "force_generic_plan"
+    } else {
+        "force_custom_plan"
+    };
     sqlx::query(&format!("SET plan_cache_mode = {mode}"))
         .execute(&mut *conn)
         .await
         .expect("plan cache mode");
     let _ = sqlx::query("DEALLOCATE scan").execute(&mut *conn).await;
-    sqlx::query(&format!("PREPARE scan (BIGINT, BIGINT, TEXT, BIGINT) AS {SCAN_SQL}"))
-        .execute(&mut *conn)
-        .await
-        .expect("prepare");
+    sqlx::query(&format!(
+        "PREPARE scan (BIGINT, BIGINT, TEXT, BIGINT) AS {SCAN_SQL}"
+    ))
+    .execute(&mut *conn)
+    .await
+    .expect("prepare");
     let rows = sqlx::query(&format!("EXPLAIN EXECUTE scan ({now}, NULL, '', {PAGE})"))
         .fetch_all(&mut *conn)
         .await
@@ -122,9 +128,22 @@ fn main() {
             .expect("account");
         let now = store.now_ms();
         let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
-        insert(&mut conn, "p", 1, PENDING, &merchant.id, &account.id, "PROCESSING", "UNKNOWN", now)
-            .await;
-        sqlx::query("ANALYZE").execute(&mut conn).await.expect("analyze");
+        insert(
+            &mut conn,
+            "p",
+            1,
+            PENDING,
+            &merchant.id,
+            &account.id,
+            "PROCESSING",
+            "UNKNOWN",
+            now,
+        )
+        .await;
+        sqlx::query("ANALYZE")
+            .execute(&mut conn)
+            .await
+            .expect("analyze");
         (store, now)
     });
 
@@ -150,10 +169,26 @@ fn main() {
             .expect("account")
             .get(0);
         let started = Instant::now();
-        insert(&mut conn, "t", 1, TERMINAL, &merchant, &account, "SUCCEEDED", "SUCCEEDED", now)
-            .await;
-        sqlx::query("ANALYZE").execute(&mut conn).await.expect("analyze");
-        eprintln!("inserted {TERMINAL} terminal orders and attempts in {:?}", started.elapsed());
+        insert(
+            &mut conn,
+            "t",
+            1,
+            TERMINAL,
+            &merchant,
+            &account,
+            "SUCCEEDED",
+            "SUCCEEDED",
+            now,
+        )
+        .await;
+        sqlx::query("ANALYZE")
+            .execute(&mut conn)
+            .await
+            .expect("analyze");
+        eprintln!(
+            "inserted {TERMINAL} terminal orders and attempts in {:?}",
+            started.elapsed()
+        );
         (
             explain(&mut conn, false, now).await,
             explain(&mut conn, true, now).await,
@@ -165,7 +200,9 @@ fn main() {
     let with_history = median(&rt, &store, now, 200);
     criterion.final_summary();
 
-    println!("\nEXPLAIN (custom plan):\n{plan_custom}\n\nEXPLAIN (generic plan):\n{plan_generic}\n");
+    println!(
+        "\nEXPLAIN (custom plan):\n{plan_custom}\n\nEXPLAIN (generic plan):\n{plan_generic}\n"
+    );
     println!(
         "full pass over {PENDING} due attempts (pages of {PAGE}), median of 200:\n  \
          1k pending alone:                 {alone:?}\n  \

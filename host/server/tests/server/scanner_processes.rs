@@ -45,8 +45,22 @@ async fn two_gateway_processes_never_query_one_attempt_at_the_same_moment_and_al
     .expect("sandbox PSP");
     let adapters = real_adapters();
     let root = tempfile::tempdir().expect("temp dir");
-    let mut a = Gateway::new("a", root.path(), &db.url, adapters.path(), COMPETING_SCANNERS, &[]);
-    let mut b = Gateway::new("b", root.path(), &db.url, adapters.path(), COMPETING_SCANNERS, &[]);
+    let mut a = Gateway::new(
+        "a",
+        root.path(),
+        &db.url,
+        adapters.path(),
+        COMPETING_SCANNERS,
+        &[],
+    );
+    let mut b = Gateway::new(
+        "b",
+        root.path(),
+        &db.url,
+        adapters.path(),
+        COMPETING_SCANNERS,
+        &[],
+    );
     a.start().await;
     b.start().await;
     // No webhook targets: the PSP's outcome reaches the gateway only by query.
@@ -78,7 +92,13 @@ async fn two_gateway_processes_never_query_one_attempt_at_the_same_moment_and_al
                 "confirm": true,
             });
             let (status, payment) = client
-                .call(Method::POST, "/v1/payments", Some(&format!("k{index}")), Some(&body), deadline)
+                .call(
+                    Method::POST,
+                    "/v1/payments",
+                    Some(&format!("k{index}")),
+                    Some(&body),
+                    deadline,
+                )
                 .await
                 .expect("create a payment");
             assert!(status.is_success(), "{status} {payment}");
@@ -89,16 +109,17 @@ async fn two_gateway_processes_never_query_one_attempt_at_the_same_moment_and_al
     }
 
     // Converge: every attempt SUCCEEDED.
-    let mut conn = sqlx::AnyConnection::connect(&db.url).await.expect("connect");
+    let mut conn = sqlx::AnyConnection::connect(&db.url)
+        .await
+        .expect("connect");
     let started = Instant::now();
     let open = loop {
-        let open: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM payment_attempts WHERE state <> 'SUCCEEDED'",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
-        .get("n");
+        let open: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM payment_attempts WHERE state <> 'SUCCEEDED'")
+                .fetch_one(&mut conn)
+                .await
+                .expect("count")
+                .get("n");
         if open == 0 || Instant::now() >= deadline {
             break open;
         }
@@ -106,7 +127,8 @@ async fn two_gateway_processes_never_query_one_attempt_at_the_same_moment_and_al
     };
     let convergence = started.elapsed();
     assert_eq!(
-        open, 0,
+        open,
+        0,
         "attempts still open after {convergence:?}\n--- a ---\n{}\n--- b ---\n{}",
         a.log_tail(20),
         b.log_tail(20)

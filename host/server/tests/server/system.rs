@@ -90,7 +90,11 @@ impl Gateway {
             ),
             ("SLUICE_LOG".into(), "info".into()),
         ];
-        env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
         Gateway {
             name: name.into(),
             url: format!("http://{listen}"),
@@ -415,8 +419,8 @@ pub struct JetStreamConsumer {
 
 impl JetStreamConsumer {
     pub async fn start() -> JetStreamConsumer {
-        let url =
-            std::env::var("SLUICE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+        let url = std::env::var("SLUICE_TEST_NATS_URL")
+            .unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(3))
             .connect(url.as_str())
@@ -476,7 +480,12 @@ impl JetStreamConsumer {
     }
 
     pub fn event_ids(&self) -> BTreeSet<String> {
-        self.seen.lock().expect("consumer lock").iter().cloned().collect()
+        self.seen
+            .lock()
+            .expect("consumer lock")
+            .iter()
+            .cloned()
+            .collect()
     }
 
     pub fn received(&self) -> usize {
@@ -550,7 +559,13 @@ impl MerchantClient {
 
     pub async fn get_payment(&self, id: &str, deadline: Instant) -> Option<Value> {
         match self
-            .call(Method::GET, &format!("/v1/payments/{id}"), None, None, deadline)
+            .call(
+                Method::GET,
+                &format!("/v1/payments/{id}"),
+                None,
+                None,
+                deadline,
+            )
             .await
         {
             Some((status, json)) if status.is_success() => Some(json),

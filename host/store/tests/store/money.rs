@@ -220,10 +220,10 @@ dual_test! {
         let later = now + 60_000;
         let refunds: Vec<String> =
             store.due_refunds(later, 10, None).await.unwrap().into_iter().map(|r| r.id).collect();
-        assert_eq!(refunds, [refund.record.id.clone()]);
+        assert_eq!(refunds, vec![refund.record.id.clone()]);
         let captures: Vec<String> =
             store.due_captures(later, 10, None).await.unwrap().into_iter().map(|c| c.id).collect();
-        assert_eq!(captures, [capture.record.id.clone()]);
+        assert_eq!(captures, vec![capture.record.id.clone()]);
         assert!(refund.record.next_retry_time.is_some_and(|t| t > now && t <= later));
     }
 }
