@@ -26,9 +26,12 @@ use crate::views::{PaymentResource, TimelineEvent};
 use crate::MerchantApiState;
 use sluice_orchestrator::{Target, Trigger};
 
-/// The refund an applied manual-refund proposal reserved, while not yet sent.
+/// The refund an applied proposal reserved (a manual refund, or the
+/// compensation refund of a fulfillment resolution), while not yet sent.
 async fn manual_refund_to_send(state: &MerchantApiState, proposal: &Proposal) -> Option<String> {
-    if proposal.outcome != ReviewOutcome::ManualRefund.as_str() || proposal.status != "applied" {
+    let reserves_a_refund = proposal.outcome == ReviewOutcome::ManualRefund.as_str()
+        || proposal.outcome == ReviewOutcome::FulfillmentCompensate.as_str();
+    if !reserves_a_refund || proposal.status != "applied" {
         return None;
     }
     let refund_id = proposal
@@ -145,7 +148,10 @@ pub struct ProposalView {
     pub target_id: String,
     /// `attempt_succeeded`, `attempt_failed`, `attempt_canceled`,
     /// `refund_succeeded`, `refund_failed`, `capture_succeeded`,
-    /// `capture_failed`, `dismiss` or `manual_refund`.
+    /// `capture_failed`, `dismiss`, `manual_refund`, or for a fulfillment
+    /// frozen in manual review `fulfillment_fulfilled`,
+    /// `fulfillment_compensate` (reason code `fulfillment_deadline_passed`
+    /// or `fulfilled_elsewhere`) or `fulfillment_resume`.
     pub outcome: String,
     pub reason_code: String,
     pub evidence_note: String,
@@ -227,7 +233,8 @@ pub struct ReviewQueueQuery {
 pub struct CreateProposalRequest {
     /// See [`ProposalView::outcome`].
     pub outcome: String,
-    /// The attempt, capture or refund id the outcome is about (not for `dismiss`).
+    /// The attempt, capture or refund id the outcome is about (not for
+    /// `dismiss`, `manual_refund` or the fulfillment outcomes).
     pub target_id: Option<String>,
     /// A short code, e.g. `psp_settlement_report`.
     pub reason_code: String,

@@ -60,6 +60,16 @@ pub enum ReviewOutcome {
     /// approval reserves it through the normal reservation, in the approval's
     /// transaction, and the orchestrator sends it like any refund.
     ManualRefund,
+    /// A fulfillment frozen in `manual_review` reached the goal with this
+    /// payment (the core's `OperatorResolution::Fulfilled`).
+    FulfillmentFulfilled,
+    /// A fulfillment frozen in `manual_review` missed the goal: start the
+    /// compensation refund; the reason code is the compensation reason
+    /// (`fulfillment_deadline_passed` or `fulfilled_elsewhere`).
+    FulfillmentCompensate,
+    /// The cause of a fulfillment's `manual_review` was fixed: hand it back
+    /// to automation.
+    FulfillmentResume,
 }
 
 impl ReviewOutcome {
@@ -73,6 +83,9 @@ impl ReviewOutcome {
         ReviewOutcome::CaptureFailed,
         ReviewOutcome::Dismiss,
         ReviewOutcome::ManualRefund,
+        ReviewOutcome::FulfillmentFulfilled,
+        ReviewOutcome::FulfillmentCompensate,
+        ReviewOutcome::FulfillmentResume,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -86,6 +99,9 @@ impl ReviewOutcome {
             ReviewOutcome::CaptureFailed => "capture_failed",
             ReviewOutcome::Dismiss => "dismiss",
             ReviewOutcome::ManualRefund => "manual_refund",
+            ReviewOutcome::FulfillmentFulfilled => "fulfillment_fulfilled",
+            ReviewOutcome::FulfillmentCompensate => "fulfillment_compensate",
+            ReviewOutcome::FulfillmentResume => "fulfillment_resume",
         }
     }
 
@@ -108,7 +124,39 @@ impl ReviewOutcome {
             ReviewOutcome::CaptureSucceeded | ReviewOutcome::CaptureFailed => {
                 Some(PendingKind::Capture)
             }
-            ReviewOutcome::Dismiss | ReviewOutcome::ManualRefund => None,
+            ReviewOutcome::Dismiss
+            | ReviewOutcome::ManualRefund
+            | ReviewOutcome::FulfillmentFulfilled
+            | ReviewOutcome::FulfillmentCompensate
+            | ReviewOutcome::FulfillmentResume => None,
+        }
+    }
+
+    /// The fulfillment resolution this outcome asks the core for, with the
+    /// proposal's reason code (the compensation reason for a compensation);
+    /// `None` for the payment outcomes. A reason code that names no
+    /// compensation reason is refused.
+    pub fn fulfillment_resolution(
+        &self,
+        reason_code: &str,
+    ) -> Option<Result<sluice_core::OperatorResolution, ReviewError>> {
+        use sluice_core::{CompensationReason, OperatorResolution};
+        match self {
+            ReviewOutcome::FulfillmentFulfilled => Some(Ok(OperatorResolution::Fulfilled)),
+            ReviewOutcome::FulfillmentResume => Some(Ok(OperatorResolution::ResumeAutomation)),
+            ReviewOutcome::FulfillmentCompensate => Some(
+                CompensationReason::parse(reason_code)
+                    .map(|reason| OperatorResolution::Compensate { reason })
+                    .ok_or_else(|| {
+                        let names: Vec<_> =
+                            CompensationReason::ALL.iter().map(|r| r.as_str()).collect();
+                        ReviewError::NotApplicable(format!(
+                            "fulfillment_compensate needs reason_code {}",
+                            names.join(" or ")
+                        ))
+                    }),
+            ),
+            _ => None,
         }
     }
 
@@ -307,6 +355,26 @@ impl Store {
                 order.state.as_str().to_owned(),
                 order.version,
             ),
+            None if new.outcome.fulfillment_resolution("").is_some() => {
+                // Checked here so the proposer hears it now, not the approver.
+                if let Some(Err(refused)) = new.outcome.fulfillment_resolution(&new.reason_code) {
+                    return Err(refused);
+                }
+                let frozen = self
+                    .fulfillment_snapshot(&order.id)
+                    .await?
+                    .is_some_and(|f| f.state == sluice_core::FulfillmentState::ManualReview);
+                if !frozen {
+                    return Err(ReviewError::NotApplicable(
+                        "the payment's fulfillment is not under manual review".into(),
+                    ));
+                }
+                (
+                    order.id.clone(),
+                    order.state.as_str().to_owned(),
+                    order.version,
+                )
+            }
             None => {
                 if !order.manual_review {
                     return Err(ReviewError::NotApplicable(
@@ -461,6 +529,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         let rows = sqlx::query(
             "SELECT id FROM payment_orders WHERE manual_review = 1 \
+             UNION SELECT id FROM payment_orders WHERE fulfillment_state = 'manual_review' \
              UNION SELECT payment_id AS id FROM payment_attempts \
                 WHERE state = 'UNKNOWN' AND created_at <= $1 \
              UNION SELECT payment_id AS id FROM refunds \

@@ -845,3 +845,86 @@ shop_test! {
         assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty());
     }
 }
+
+impl Shop {
+    /// A new operator, created through the admin API; returns their key.
+    async fn operator_key(&self, name: &str) -> String {
+        let reply = self
+            .http
+            .post(format!("{}/admin/operators", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .expect("create operator");
+        let issued = read(reply).await.expect(201).json();
+        issued["key"].as_str().expect("key shown once").to_owned()
+    }
+
+    async fn as_operator(&self, key: &str, path: &str, body: &Value) -> Reply {
+        let request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("Sluice-Operator-Key", key)
+            .json(body);
+        read(request.send().await.expect("HTTP")).await
+    }
+}
+
+shop_test! {
+    async fn two_operators_resolve_a_frozen_fulfillment_over_http_and_the_compensation_refund_returns_the_money(shop) {
+        let business = shop.business().await;
+        business.lock().unwrap().fixed_answer = Some(json!({"status": "fulfilled"}));
+        let payment = shop.pay_with("pull-op", "gift-card-op", 5_000, "pull").await;
+        let id = id_of(&payment);
+        let reference = attempt_reference(&payment);
+        shop.scan_until("the contradiction to be recorded", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::ManualReview
+        })
+        .await;
+
+        let alice = shop.operator_key("alice").await;
+        let bob = shop.operator_key("bob").await;
+        let proposals = format!("/admin/review/payments/{id}/proposals");
+        shop.as_operator(&alice, &proposals, &json!({
+            "outcome": "fulfillment_compensate",
+            "reason_code": "whatever",
+            "evidence_note": "the business cannot say who got the card"
+        }))
+        .await
+        .expect_error(400, "proposal_invalid");
+        let proposal = shop
+            .as_operator(&alice, &proposals, &json!({
+                "outcome": "fulfillment_compensate",
+                "reason_code": "fulfillment_deadline_passed",
+                "evidence_note": "the business's ledger has no gift card for this payment"
+            }))
+            .await
+            .expect(201)
+            .json();
+        let approve = format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap());
+        shop.as_operator(&alice, &approve, &json!({})).await.expect_error(403, "same_operator");
+        assert!(shop.db.store.list_refunds(&id).await.unwrap().is_empty(), "one person moves no money");
+
+        let applied = shop.as_operator(&bob, &approve, &json!({"note": "checked"})).await.expect(200).json();
+        assert_eq!(applied["status"], "applied", "{applied}");
+        // The approval sent the compensation refund; the sandbox refunds it once.
+        let refund_reference = sluice_core::compensation_refund_reference(&reference);
+        shop.scan_until("the compensation to settle", || async {
+            shop.fulfillment_state(&id).await == FulfillmentState::Compensated
+        })
+        .await;
+        assert_eq!(shop.sandbox.refund_count(&refund_reference), 1);
+        let view = shop.payment(&id).await;
+        assert_eq!(view["status"], "refunded", "{view}");
+        assert_eq!(view["status_reason"], "fulfillment_deadline_passed", "{view}");
+        assert_eq!(view["amounts"]["refunded"], 1200, "{view}");
+        let timeline = shop.db.store.timeline(&id).await.unwrap();
+        let resolution = timeline
+            .iter()
+            .find(|h| h.event_kind == "FULFILLMENT_OPERATOR")
+            .expect("the resolution is in the history");
+        assert_eq!(resolution.actor.as_deref(), Some("operator:alice+operator:bob"));
+    }
+}

@@ -321,6 +321,50 @@ impl Store {
                 }
                 Err(error) => return Err(error),
             }
+        } else if let Some(resolution) = outcome.fulfillment_resolution(&proposal.reason_code) {
+            let resolution = match resolution {
+                Ok(resolution) => resolution,
+                Err(refused) => return Ok(Approval::Abort(Err(refused))),
+            };
+            let input = sluice_core::FulfillmentInput::Operator(resolution);
+            let policy = *self.fulfillment_policy();
+            let applied = match crate::fulfillment::fulfillment_in(
+                tx,
+                &order.id,
+                &input,
+                &provenance,
+                &policy,
+                now,
+                true,
+            )
+            .await?
+            {
+                Step::Done(applied) => applied,
+                Step::Retry => return Ok(Approval::Retry),
+            };
+            result = serde_json::json!({
+                "decision": applied.decision.label(),
+                "reason": applied.decision.explain(),
+                "aggregate": "fulfillment",
+                "from_state": applied.from_state.as_str(),
+                "to_state": applied.to_state.as_str(),
+                "history_ids": [applied.history_id],
+                "outbox_event_ids": applied.outbox_event_ids,
+            });
+            if let Some(refund) = &applied.compensation_refund {
+                result["refund_id"] = serde_json::json!(refund.id);
+                result["refund_reference"] = serde_json::json!(refund.reference);
+            }
+            if !applied.decision.is_apply() {
+                finish_proposal(tx, &proposal.id, "refused", &result).await?;
+                return Ok(Approval::Commit(Err(ReviewError::Refused(format!(
+                    "{}: {}",
+                    applied.decision.label(),
+                    applied.decision.explain()
+                )))));
+            }
+            version = order_in(tx, &order.id).await?.version;
+            result["payment_version"] = serde_json::json!(version);
         } else if outcome != ReviewOutcome::Dismiss {
             let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
             let applied = match self.apply_event_once(tx, &input).await? {
@@ -468,7 +512,11 @@ async fn operator_event(
         ReviewOutcome::RefundFailed => (K::RefundFailed, failure()),
         ReviewOutcome::CaptureSucceeded => (K::PaymentCaptured, None),
         ReviewOutcome::CaptureFailed => (K::CaptureFailed, failure()),
-        ReviewOutcome::Dismiss | ReviewOutcome::ManualRefund => {
+        ReviewOutcome::Dismiss
+        | ReviewOutcome::ManualRefund
+        | ReviewOutcome::FulfillmentFulfilled
+        | ReviewOutcome::FulfillmentCompensate
+        | ReviewOutcome::FulfillmentResume => {
             return Err(StoreError::Unapplicable(
                 "a dismissal or a manual refund carries no event".into(),
             ))

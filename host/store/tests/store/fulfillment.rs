@@ -410,3 +410,122 @@ dual_test! {
         );
     }
 }
+
+/// A paid push-mode payment whose fulfillment froze in manual_review: the
+/// business named an attempt nobody knows.
+async fn frozen(db: &TestDb, fx: &Fixture, order_no: &str) -> (PaymentOrder, PaymentAttempt) {
+    let store = &db.store;
+    let (payment, attempt) = paid(db, fx, order_no, &format!("goal-{order_no}")).await;
+    let contradiction = FulfillmentInput::Fact(FactReading {
+        fact: BusinessFact::Fulfilled {
+            attributed_to: Some("att_nobody_knows".into()),
+        },
+        read_started_at_ms: db.clock.now_ms(),
+    });
+    let frozen = store
+        .apply_fulfillment(&payment.id, &contradiction, &sys())
+        .await
+        .unwrap();
+    assert_eq!(frozen.to_state, FulfillmentState::ManualReview);
+    (payment, attempt)
+}
+
+fn operator_proposal(
+    payment: &PaymentOrder,
+    outcome: sluice_store::ReviewOutcome,
+    reason_code: &str,
+    by: &str,
+) -> sluice_store::NewProposal {
+    sluice_store::NewProposal {
+        payment_id: payment.id.clone(),
+        outcome,
+        target_id: None,
+        reason_code: reason_code.into(),
+        evidence_note: "the business's ledger shows no renewal for this payment".into(),
+        amount_minor: None,
+        proposed_by: by.to_owned(),
+    }
+}
+
+fn operator_pepper() -> sluice_store::ApiKeyPepper {
+    sluice_store::ApiKeyPepper::new("fulfillment-review-pepper-0123456789").unwrap()
+}
+
+dual_test! {
+    async fn two_operators_resolve_a_frozen_fulfillment_with_a_compensation_refund_through_the_door(db) {
+        use sluice_store::{ReviewError, ReviewOutcome};
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, attempt) = frozen(db, &fx, "F-OP-1").await;
+        let alice = store.create_operator("alice", &operator_pepper()).await.unwrap().operator;
+        let bob = store.create_operator("bob", &operator_pepper()).await.unwrap().operator;
+
+        // The reason code must name a compensation reason.
+        let vague = store
+            .create_proposal(&operator_proposal(&payment, ReviewOutcome::FulfillmentCompensate,
+                "looks_wrong", &alice.id))
+            .await;
+        assert!(matches!(vague, Err(ReviewError::NotApplicable(_))), "{vague:?}");
+
+        let proposed = store
+            .create_proposal(&operator_proposal(&payment, ReviewOutcome::FulfillmentCompensate,
+                "fulfillment_deadline_passed", &alice.id))
+            .await
+            .unwrap();
+        let own = store.approve_proposal(&proposed.id, &alice.id, None).await;
+        assert!(matches!(own, Err(ReviewError::SameOperator)), "{own:?}");
+        assert_eq!(state_of(store, &payment.id).await, FulfillmentState::ManualReview);
+        assert!(store.list_refunds(&payment.id).await.unwrap().is_empty(), "one person moves nothing");
+
+        let approved = store.approve_proposal(&proposed.id, &bob.id, None).await.unwrap();
+        assert_eq!(approved.status, "applied");
+        assert_eq!(state_of(store, &payment.id).await, FulfillmentState::Compensating);
+        let refunds = store.list_refunds(&payment.id).await.unwrap();
+        assert_eq!(refunds.len(), 1);
+        assert_eq!(refunds[0].reference, compensation_refund_reference(&attempt.reference));
+        assert_eq!(refunds[0].amount.amount_minor, 1_000);
+        assert_eq!(refunds[0].state, RefundState::Created);
+        assert_eq!(approved.result.as_ref().unwrap()["refund_id"], refunds[0].id.as_str());
+        let timeline = store.timeline(&payment.id).await.unwrap();
+        let resolution = timeline
+            .iter()
+            .find(|h| h.event_kind == "FULFILLMENT_OPERATOR")
+            .expect("the resolution went through the fulfillment door");
+        assert_eq!(resolution.decision, "applied");
+        assert_eq!(resolution.to_state, "compensating");
+        assert_eq!(resolution.actor.as_deref(), Some("operator:alice+operator:bob"));
+    }
+}
+
+dual_test! {
+    async fn an_operator_fulfillment_resolution_is_refused_unless_the_fulfillment_is_frozen(db) {
+        use sluice_store::{ReviewError, ReviewOutcome};
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _attempt) = paid(db, &fx, "F-OP-2", "goal-F-OP-2").await;
+        let alice = store.create_operator("alice", &operator_pepper()).await.unwrap().operator;
+        let refused = store
+            .create_proposal(&operator_proposal(&payment, ReviewOutcome::FulfillmentFulfilled,
+                "business_ledger", &alice.id))
+            .await;
+        assert!(matches!(refused, Err(ReviewError::NotApplicable(_))), "{refused:?}");
+        assert_eq!(state_of(store, &payment.id).await, FulfillmentState::AwaitingFulfillment);
+
+        // Frozen, then resolved as fulfilled by two people: no refund, ever.
+        let (frozen_payment, _) = frozen(db, &fx, "F-OP-3").await;
+        let bob = store.create_operator("bob", &operator_pepper()).await.unwrap().operator;
+        let proposed = store
+            .create_proposal(&operator_proposal(&frozen_payment, ReviewOutcome::FulfillmentFulfilled,
+                "business_ledger", &alice.id))
+            .await
+            .unwrap();
+        store.approve_proposal(&proposed.id, &bob.id, None).await.unwrap();
+        assert_eq!(state_of(store, &frozen_payment.id).await, FulfillmentState::Fulfilled);
+        let later = store
+            .apply_fulfillment(&frozen_payment.id, &FulfillmentInput::CheckDue, &sys())
+            .await
+            .unwrap();
+        assert!(!later.decision.is_apply());
+        assert!(store.list_refunds(&frozen_payment.id).await.unwrap().is_empty());
+    }
+}
