@@ -497,6 +497,8 @@ pub enum ReviewReason {
     FactAttributedToUnknown { reference: String },
     #[error("the business gave no explicit answer for too long after the deadline")]
     FactUnavailable,
+    #[error("nothing is left to compensate with: the merchant's own refunds already returned all {refunded_minor} captured")]
+    NothingLeftToRefund { refunded_minor: i64 },
     #[error("the compensation refund {refund_reference} failed definitively")]
     CompensationRefundFailed { refund_reference: String },
     #[error("the business reports the goal reached by this payment, but its compensation refund already started")]
@@ -621,6 +623,37 @@ impl FulfillmentDecision {
             FulfillmentDecision::Reject(_) => "rejected",
             FulfillmentDecision::NeedsReview(_) => "needs_review",
         }
+    }
+}
+
+/// Guard a decision against the payment's money: a compensation refund needs
+/// money to return. When the merchant's own refunds (after-sales, with their
+/// own reason) already returned everything captured and nothing is in
+/// flight, there is nothing to compensate with, and `compensated` would claim
+/// a refund that never happened: the decision becomes a manual review (no
+/// alert: nothing contradicts, a person only confirms where the money went).
+/// With a refund still reserved the decision stands; its reservation then
+/// waits for that refund's outcome. Pure: the store passes the amounts it
+/// read in the decision's transaction.
+pub fn guard_compensation(
+    decision: FulfillmentDecision,
+    refundable_minor: i64,
+    refund_reserved_minor: i64,
+    refunded_minor: i64,
+) -> FulfillmentDecision {
+    if decision.starts_compensation().is_none() || refundable_minor > 0 || refund_reserved_minor > 0
+    {
+        return decision;
+    }
+    D::Apply {
+        new_state: S::ManualReview,
+        effects: vec![
+            Fx::RecordReview {
+                reason: ReviewReason::NothingLeftToRefund { refunded_minor },
+            },
+            Fx::Emit(FulfillmentEvent::ManualReview),
+        ],
+        rule: "nothing left to compensate with: merchant refunds already returned the money",
     }
 }
 

@@ -75,8 +75,8 @@ pub use decision::{
 };
 pub use event::{EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
 pub use fulfillment::{
-    compensation_refund_reference, decide_fulfillment, BusinessFact, Compensation,
-    CompensationReason, CompensationRefundOutcome, FactReading, FulfillmentDecision,
+    compensation_refund_reference, decide_fulfillment, guard_compensation, BusinessFact,
+    Compensation, CompensationReason, CompensationRefundOutcome, FactReading, FulfillmentDecision,
     FulfillmentEffect, FulfillmentEvent, FulfillmentInput, FulfillmentMode, FulfillmentPolicy,
     FulfillmentRefusal, FulfillmentSnapshot, FulfillmentState, NoAnswer, OperatorResolution,
     ReviewReason,

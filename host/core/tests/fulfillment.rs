@@ -1106,3 +1106,53 @@ fn state_mode_and_reason_names_round_trip() {
         "fulfilled_elsewhere"
     );
 }
+
+mod compensation_guard {
+    use sluice_core::{
+        guard_compensation, CompensationReason, FulfillmentDecision, FulfillmentEffect,
+        FulfillmentEvent, FulfillmentState, IgnoreReason, ReviewReason,
+    };
+
+    fn compensate() -> FulfillmentDecision {
+        FulfillmentDecision::Apply {
+            new_state: FulfillmentState::Compensating,
+            effects: vec![
+                FulfillmentEffect::StartCompensationRefund {
+                    refund_reference: "cmp_att_1".into(),
+                    reason: CompensationReason::FulfillmentDeadlinePassed,
+                },
+                FulfillmentEffect::Emit(FulfillmentEvent::Compensating),
+            ],
+            rule: "deadline passed",
+        }
+    }
+
+    #[test]
+    fn a_compensation_with_nothing_left_to_refund_becomes_a_manual_review_without_alert() {
+        let guarded = guard_compensation(compensate(), 0, 0, 1_000);
+        assert_eq!(guarded.new_state(), Some(FulfillmentState::ManualReview));
+        assert_eq!(guarded.starts_compensation(), None);
+        assert!(guarded
+            .effects()
+            .contains(&FulfillmentEffect::RecordReview {
+                reason: ReviewReason::NothingLeftToRefund {
+                    refunded_minor: 1_000
+                }
+            }));
+        assert!(!guarded
+            .effects()
+            .contains(&FulfillmentEffect::AlertContradictoryFact));
+    }
+
+    #[test]
+    fn a_compensation_with_money_left_or_a_refund_in_flight_stands() {
+        assert_eq!(guard_compensation(compensate(), 600, 0, 400), compensate());
+        assert_eq!(guard_compensation(compensate(), 0, 1_000, 0), compensate());
+    }
+
+    #[test]
+    fn decisions_that_start_no_compensation_are_left_alone() {
+        let ignore = FulfillmentDecision::Ignore(IgnoreReason::Duplicate);
+        assert_eq!(guard_compensation(ignore.clone(), 0, 0, 1_000), ignore);
+    }
+}

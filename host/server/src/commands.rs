@@ -47,13 +47,17 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
 }
 
 async fn serve(config: Config) -> Result<(), CommandError> {
+    let signal = server::ShutdownSignal::install();
     let server = server::start(&config, None).await?;
-    run_until_signal(server).await
+    run_until_signal(server, signal).await
 }
 
-async fn run_until_signal(mut server: server::RunningServer) -> Result<(), CommandError> {
+async fn run_until_signal(
+    mut server: server::RunningServer,
+    mut signal: server::ShutdownSignal,
+) -> Result<(), CommandError> {
     tokio::select! {
-        _ = server::shutdown_signal() => {
+        _ = signal.recv() => {
             tracing::info!("shutting down: finishing requests in flight");
             server.shutdown().await.map_err(CommandError::Serve)
         }
@@ -81,6 +85,7 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
     if config.admin_token.is_none() {
         config.admin_token = Some(Secret::new(generate_token()));
     }
+    let signal = server::ShutdownSignal::install();
     let server = server::start(&config, None).await?;
     let report = server.ready().await;
     let mut banner = demo_banner(&config, &server.url(), &report);
@@ -96,7 +101,7 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
         .lock()
         .write_all(banner.as_bytes())
         .map_err(CommandError::Output)?;
-    run_until_signal(server).await
+    run_until_signal(server, signal).await
 }
 
 fn generate_token() -> String {

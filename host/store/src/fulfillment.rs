@@ -25,13 +25,13 @@ use crate::db::{int, opt_int, opt_text, Tx};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
-use crate::payments::{order_in, PaymentOrder, Refund};
+use crate::payments::{amounts_in, order_in, PaymentOrder, Refund};
 use crate::reserve::reserve_compensation_in;
 use crate::{Store, StoreError};
 use sluice_core::{
-    decide_fulfillment, Compensation, CompensationReason, FulfillmentDecision, FulfillmentEffect,
-    FulfillmentInput, FulfillmentMode, FulfillmentPolicy, FulfillmentSnapshot, FulfillmentState,
-    ReviewReason,
+    decide_fulfillment, guard_compensation, Compensation, CompensationReason, FulfillmentDecision,
+    FulfillmentEffect, FulfillmentInput, FulfillmentMode, FulfillmentPolicy, FulfillmentSnapshot,
+    FulfillmentState, ReviewReason,
 };
 use sqlx::Row;
 
@@ -250,7 +250,16 @@ pub(crate) async fn fulfillment_in(
             reason: "the payment has no fulfillment block".into(),
         });
     };
-    let decision = decide_fulfillment(&snapshot, input, now, policy);
+    let mut decision = decide_fulfillment(&snapshot, input, now, policy);
+    if decision.starts_compensation().is_some() {
+        let amounts = amounts_in(tx, &order.id).await?;
+        decision = guard_compensation(
+            decision,
+            amounts.refundable_minor(),
+            amounts.refund_reserved_minor,
+            amounts.refunded_minor,
+        );
+    }
     let after = snapshot.applied(&decision);
     let new_state = decision.new_state().unwrap_or(snapshot.state);
     let applied = decision.is_apply();

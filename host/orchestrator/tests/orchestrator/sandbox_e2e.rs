@@ -229,12 +229,13 @@ e2e_test! {
 
         let state = e2e.orch.cancel_expired_attempt(&payment_id, &attempt.id).await.unwrap();
         // Stripe cancels synchronously; Adyen only acknowledges the cancel
-        // (`received`, normalised to processing) and confirms by notification.
-        let expected = match e2e.psp {
-            Psp::Stripe => AttemptState::Canceled,
-            Psp::Adyen => AttemptState::Processing,
+        // (`received`, normalised to processing) and confirms by notification,
+        // which may already have landed when the call returns.
+        let allowed: &[AttemptState] = match e2e.psp {
+            Psp::Stripe => &[AttemptState::Canceled],
+            Psp::Adyen => &[AttemptState::Processing, AttemptState::Canceled],
         };
-        assert_eq!(state, expected);
+        assert!(allowed.contains(&state), "{state:?}");
         // Stripe answers the cancel at once; Adyen by its CANCELLATION notification.
         eventually(CONVERGE, "the attempt to be canceled", || async {
             let attempt = e2e.db.store.get_attempt(&attempt.id).await.unwrap();

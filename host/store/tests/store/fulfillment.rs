@@ -529,3 +529,73 @@ dual_test! {
         assert!(store.list_refunds(&frozen_payment.id).await.unwrap().is_empty());
     }
 }
+
+/// The merchant's own (after-sales) refund of `amount`, settled by the PSP.
+async fn merchant_refund(store: &Store, payment: &PaymentOrder, amount: i64) {
+    let reserved = store
+        .reserve_refund(
+            &sluice_store::RefundRequest {
+                payment_id: payment.id.clone(),
+                merchant_id: None,
+                amount: eur(amount),
+                reason: Some("customer asked".into()),
+            },
+            &sys(),
+        )
+        .await
+        .expect("merchant refund");
+    store
+        .apply_event(&on_refund(
+            &reserved.record.reference,
+            event(EventKind::RefundSucceeded, EvidenceSource::Webhook),
+        ))
+        .await
+        .expect("refund succeeded");
+}
+
+dual_test! {
+    async fn a_payment_the_merchant_already_refunded_in_full_goes_to_review_instead_of_a_compensation(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _attempt) = paid(db, &fx, "F-NTR-1", "renewal-ntr-1").await;
+        merchant_refund(store, &payment, 1_000).await;
+        db.clock.advance(60_000 + SETTLE_MS);
+        let decided = store
+            .apply_fulfillment(&payment.id, &FulfillmentInput::CheckDue, &sys())
+            .await
+            .unwrap();
+        assert_eq!(decided.to_state, FulfillmentState::ManualReview);
+        assert!(decided.compensation_refund.is_none());
+        assert!(!decided.alert, "nothing contradicts: no alert");
+        assert!(matches!(
+            decided.snapshot.review,
+            Some(sluice_core::ReviewReason::NothingLeftToRefund { refunded_minor: 1_000 })
+        ));
+        assert_eq!(store.list_refunds(&payment.id).await.unwrap().len(), 1, "only the merchant's");
+        // Frozen: the next wake-up changes nothing.
+        let again = store
+            .apply_fulfillment(&payment.id, &FulfillmentInput::CheckDue, &sys())
+            .await
+            .unwrap();
+        assert_eq!(again.to_state, FulfillmentState::ManualReview);
+        assert_eq!(store.list_refunds(&payment.id).await.unwrap().len(), 1);
+    }
+}
+
+dual_test! {
+    async fn a_partly_refunded_payment_is_compensated_with_what_is_left(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, attempt) = paid(db, &fx, "F-NTR-2", "renewal-ntr-2").await;
+        merchant_refund(store, &payment, 400).await;
+        db.clock.advance(60_000 + SETTLE_MS);
+        let decided = store
+            .apply_fulfillment(&payment.id, &FulfillmentInput::CheckDue, &sys())
+            .await
+            .unwrap();
+        assert_eq!(decided.to_state, FulfillmentState::Compensating);
+        let refund = decided.compensation_refund.expect("compensation refund");
+        assert_eq!(refund.reference, compensation_refund_reference(&attempt.reference));
+        assert_eq!(refund.amount.amount_minor, 600, "never more than is left");
+    }
+}
