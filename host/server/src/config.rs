@@ -36,6 +36,8 @@ pub struct Config {
     pub adapter_limits: BTreeMap<String, LimitsConfig>,
     /// Timings of the background workers (`[workers]`).
     pub workers: WorkerTimings,
+    /// Timings of the fulfillment guarantee (`[fulfillment]`).
+    pub fulfillment: FulfillmentTimings,
 }
 
 impl Config {
@@ -137,6 +139,42 @@ pub struct WorkerTimings {
     pub idempotency_lease_ms: Option<u64>,
 }
 
+/// Timings of the fulfillment guarantee, as written in `[fulfillment]`
+/// (milliseconds). Unset fields keep the core's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FulfillmentTimings {
+    /// Wait before the second business check (doubles with every check).
+    pub first_check_delay_ms: Option<u64>,
+    /// Cap on the wait between two business checks.
+    pub max_check_delay_ms: Option<u64>,
+    /// Budget of one call to a merchant's business: the deadline settles this
+    /// long after it, and only a read started after that proves a missed goal.
+    pub action_timeout_ms: Option<u64>,
+    /// A business that gives no explicit answer this long after the deadline
+    /// settled goes to manual review (never a blind refund).
+    pub unanswered_review_after_ms: Option<u64>,
+}
+
+impl FulfillmentTimings {
+    /// The core's policy with these timings over its defaults.
+    pub fn policy(&self) -> sluice_core::FulfillmentPolicy {
+        let default = sluice_core::FulfillmentPolicy::default();
+        let or = |value: Option<u64>, fallback: i64| {
+            value.map_or(fallback, |ms| i64::try_from(ms).unwrap_or(i64::MAX))
+        };
+        sluice_core::FulfillmentPolicy {
+            first_check_delay_ms: or(self.first_check_delay_ms, default.first_check_delay_ms),
+            max_check_delay_ms: or(self.max_check_delay_ms, default.max_check_delay_ms),
+            action_timeout_ms: or(self.action_timeout_ms, default.action_timeout_ms),
+            unanswered_review_after_ms: or(
+                self.unanswered_review_after_ms,
+                default.unanswered_review_after_ms,
+            ),
+        }
+    }
+}
+
 /// `Some(ms)` as a duration.
 pub fn millis(value: Option<u64>) -> Option<Duration> {
     value.map(Duration::from_millis)
@@ -198,6 +236,8 @@ struct FileConfig {
     adapters: BTreeMap<String, FileAdapterConfig>,
     #[serde(default)]
     workers: WorkerTimings,
+    #[serde(default)]
+    fulfillment: FulfillmentTimings,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -307,6 +347,7 @@ impl Config {
                 .map(|(name, a)| (name, a.limits))
                 .collect(),
             workers: file.workers,
+            fulfillment: file.fulfillment,
         })
     }
 }
@@ -387,6 +428,35 @@ mod tests {
         assert_eq!(stripe.memory_bytes, Some(1000));
         assert_eq!(stripe.cpu_deadline(), Some(Duration::from_millis(200)));
         assert_eq!(config.limits_for("adyen").cpu_deadline_ms, Some(50));
+    }
+
+    #[test]
+    fn fulfillment_timings_override_the_core_defaults_one_by_one() {
+        let text = r#"
+            [fulfillment]
+            action_timeout_ms = 3000
+            first_check_delay_ms = 250
+        "#;
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        let policy = config.fulfillment.policy();
+        let default = sluice_core::FulfillmentPolicy::default();
+        assert_eq!(policy.action_timeout_ms, 3000);
+        assert_eq!(policy.first_check_delay_ms, 250);
+        assert_eq!(policy.max_check_delay_ms, default.max_check_delay_ms);
+        assert_eq!(
+            policy.unanswered_review_after_ms,
+            default.unanswered_review_after_ms
+        );
+        let err = Config::from_parts(
+            Some((
+                "[fulfillment]
+action_timeout = 1",
+                Path::new("s.toml"),
+            )),
+            no_env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("action_timeout"), "{err}");
     }
 
     #[test]

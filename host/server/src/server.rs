@@ -120,6 +120,7 @@ pub async fn open_store(config: &Config) -> Result<Store, StartError> {
     if let Some(delay) = crate::config::millis(config.workers.first_query_delay_ms) {
         options.first_query_delay = delay;
     }
+    options.fulfillment_policy = config.fulfillment.policy();
     let store = Store::connect_with(config.database_url.expose(), options)
         .await
         .map_err(StartError::Database)?;
