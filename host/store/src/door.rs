@@ -258,6 +258,28 @@ pub(crate) enum Step<T> {
     Retry,
 }
 
+/// Finish one try of a door decision: commit a decision that was carried
+/// out, or roll back a lost CAS race and back off before the next try.
+async fn finish_try(
+    tx: Tx,
+    step: Step<Applied>,
+    tries: u32,
+) -> Result<Option<Applied>, StoreError> {
+    match step {
+        Step::Done(mut applied) => {
+            tx.commit().await?;
+            applied.tries = tries;
+            log_applied(&applied);
+            Ok(Some(applied))
+        }
+        Step::Retry => {
+            tx.rollback().await?;
+            cas_backoff(tries).await;
+            Ok(None)
+        }
+    }
+}
+
 impl Store {
     /// Apply one normalised event: the only way an attempt, capture or refund
     /// (and through them the order and the amounts) changes state.
@@ -274,17 +296,9 @@ impl Store {
         let _guard = span.enter();
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
-            match self.apply_event_once(&mut tx, input).await? {
-                Step::Done(mut applied) => {
-                    tx.commit().await?;
-                    applied.tries = tries;
-                    log_applied(&applied);
-                    return Ok(applied);
-                }
-                Step::Retry => {
-                    tx.rollback().await?;
-                    cas_backoff(tries).await;
-                }
+            let step = self.apply_event_once(&mut tx, input).await?;
+            if let Some(applied) = finish_try(tx, step, tries).await? {
+                return Ok(applied);
             }
         }
         Err(StoreError::CasExhausted {
@@ -344,17 +358,9 @@ impl Store {
                 inbox_done: false,
                 next_retry_time: None,
             };
-            match self.carry_out(&mut tx, plan).await? {
-                Step::Done(mut applied) => {
-                    tx.commit().await?;
-                    applied.tries = tries;
-                    log_applied(&applied);
-                    return Ok(applied);
-                }
-                Step::Retry => {
-                    tx.rollback().await?;
-                    cas_backoff(tries).await;
-                }
+            let step = self.carry_out(&mut tx, plan).await?;
+            if let Some(applied) = finish_try(tx, step, tries).await? {
+                return Ok(applied);
             }
         }
         Err(StoreError::CasExhausted {
@@ -402,17 +408,9 @@ impl Store {
                 inbox_done: false,
                 next_retry_time: None,
             };
-            match self.carry_out(&mut tx, plan).await? {
-                Step::Done(mut applied) => {
-                    tx.commit().await?;
-                    applied.tries = tries;
-                    log_applied(&applied);
-                    return Ok(applied);
-                }
-                Step::Retry => {
-                    tx.rollback().await?;
-                    cas_backoff(tries).await;
-                }
+            let step = self.carry_out(&mut tx, plan).await?;
+            if let Some(applied) = finish_try(tx, step, tries).await? {
+                return Ok(applied);
             }
         }
         Err(StoreError::CasExhausted {

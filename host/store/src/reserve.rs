@@ -102,47 +102,19 @@ impl Store {
                 available: now_amounts.refundable_minor(),
             });
         }
-        let refund = Refund {
-            id: ids::refund(),
-            payment_id: order.id.clone(),
-            attempt_id: attempt.id.clone(),
-            reference: ids::refund_reference(),
-            adapter: attempt.adapter.clone(),
-            psp_reference: None,
-            amount: request.amount,
-            reason: request.reason.clone(),
-            state: RefundState::Created,
-            version: 0,
-            // In the recovery scan set from the start: if this process dies
-            // before the first PSP call records anything, the scanner sends
-            // it (same reference) instead of leaving the money reserved.
-            next_retry_time: Some(now.saturating_add(self.query_delay_ms)),
-            retry_count: 0,
-            last_psp_call_at: None,
-            last_event: None,
-            failure: None,
-            created_at: now,
-            updated_at: now,
-        };
-        sqlx::query(
-            "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
-                currency, reason, state, version, retry_count, next_retry_time, created_at, \
-                updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $11, $10, $10)",
-        )
-        .bind(&refund.id)
-        .bind(&refund.payment_id)
-        .bind(&refund.attempt_id)
-        .bind(&refund.reference)
-        .bind(&refund.adapter)
-        .bind(amount)
-        .bind(refund.amount.currency.as_str())
-        .bind(refund.reason.as_deref())
-        .bind(refund.state.as_str())
-        .bind(now)
-        .bind(refund.next_retry_time)
-        .execute(&mut **tx)
-        .await?;
+        // In the recovery scan set from the start: if this process dies
+        // before the first PSP call records anything, the scanner sends it
+        // (same reference) instead of leaving the money reserved.
+        let refund = created_refund(
+            &order.id,
+            &attempt,
+            ids::refund_reference(),
+            request.amount,
+            request.reason.clone(),
+            now.saturating_add(self.query_delay_ms),
+            now,
+        );
+        insert_refund(tx, &refund).await?;
         let reason = format!(
             "refund of {amount} reserved before any PSP call (refundable was {})",
             amounts.refundable_minor()
@@ -340,44 +312,18 @@ pub(crate) async fn reserve_compensation_in(
         amount_minor: amount,
         currency: amounts.currency,
     };
-    let refund = Refund {
-        id: ids::refund(),
-        payment_id: order.id.clone(),
-        attempt_id: attempt.id.clone(),
-        reference: refund_reference.to_owned(),
-        adapter: attempt.adapter.clone(),
-        psp_reference: None,
-        amount: money,
-        reason: Some(reason.to_owned()),
-        state: RefundState::Created,
-        version: 0,
-        // Due at once: if the caller dies before sending it, the recovery
-        // scanner sends it (same reference, so never a second refund).
-        next_retry_time: Some(now),
-        retry_count: 0,
-        last_psp_call_at: None,
-        last_event: None,
-        failure: None,
-        created_at: now,
-        updated_at: now,
-    };
-    sqlx::query(
-        "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
-            currency, reason, state, version, next_retry_time, retry_count, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, 0, $10, $10)",
-    )
-    .bind(&refund.id)
-    .bind(&refund.payment_id)
-    .bind(&refund.attempt_id)
-    .bind(&refund.reference)
-    .bind(&refund.adapter)
-    .bind(amount)
-    .bind(money.currency.as_str())
-    .bind(reason)
-    .bind(refund.state.as_str())
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
+    // Due at once: if the caller dies before sending it, the recovery
+    // scanner sends it (same reference, so never a second refund).
+    let refund = created_refund(
+        &order.id,
+        &attempt,
+        refund_reference.to_owned(),
+        money,
+        Some(reason.to_owned()),
+        now,
+        now,
+    );
+    insert_refund(tx, &refund).await?;
     let why = format!("compensation refund of {amount} ({reason}) reserved before any PSP call");
     let (history_id, outbox_event_id) = record_creation(
         tx,
@@ -578,4 +524,59 @@ async fn record_creation(
     )
     .await?;
     Ok((history_id, outbox_event_id))
+}
+
+/// A refund just reserved: CREATED, nothing sent, due for the recovery
+/// scanner at `due_at`.
+fn created_refund(
+    payment_id: &str,
+    attempt: &PaymentAttempt,
+    reference: String,
+    amount: Money,
+    reason: Option<String>,
+    due_at: i64,
+    now: i64,
+) -> Refund {
+    Refund {
+        id: ids::refund(),
+        payment_id: payment_id.to_owned(),
+        attempt_id: attempt.id.clone(),
+        reference,
+        adapter: attempt.adapter.clone(),
+        psp_reference: None,
+        amount,
+        reason,
+        state: RefundState::Created,
+        version: 0,
+        next_retry_time: Some(due_at),
+        retry_count: 0,
+        last_psp_call_at: None,
+        last_event: None,
+        failure: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+async fn insert_refund(tx: &mut Tx, refund: &Refund) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
+            currency, reason, state, version, retry_count, next_retry_time, created_at, \
+            updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $11)",
+    )
+    .bind(&refund.id)
+    .bind(&refund.payment_id)
+    .bind(&refund.attempt_id)
+    .bind(&refund.reference)
+    .bind(&refund.adapter)
+    .bind(refund.amount.amount_minor)
+    .bind(refund.amount.currency.as_str())
+    .bind(refund.reason.as_deref())
+    .bind(refund.state.as_str())
+    .bind(refund.next_retry_time)
+    .bind(refund.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -51,17 +51,9 @@ impl Store {
                 inbox_done: false,
                 next_retry_time: None,
             };
-            match self.carry_out(&mut tx, plan).await? {
-                Step::Done(mut applied) => {
-                    tx.commit().await?;
-                    applied.tries = tries;
-                    log_applied(&applied);
-                    return Ok(applied);
-                }
-                Step::Retry => {
-                    tx.rollback().await?;
-                    cas_backoff(tries).await;
-                }
+            let step = self.carry_out(&mut tx, plan).await?;
+            if let Some(applied) = finish_try(tx, step, tries).await? {
+                return Ok(applied);
             }
         }
         Err(StoreError::CasExhausted {
