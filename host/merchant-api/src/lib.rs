@@ -254,7 +254,8 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
             admin::create_connector_account,
             admin::list_connector_accounts
         ))
-        .routes(routes!(review::create_operator))
+        .routes(routes!(review::create_operator, review::list_operators))
+        .routes(routes!(review::disable_operator))
         .routes(routes!(review::review_queue))
         .routes(routes!(review::review_payment))
         .routes(routes!(review::create_proposal))

@@ -113,6 +113,15 @@ pub struct OperatorView {
     pub name: String,
     pub key_prefix: String,
     pub created_at: i64,
+    /// When the operator was disabled (their key no longer works), if ever.
+    pub disabled_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OperatorList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<OperatorView>,
 }
 
 /// A freshly created operator: `key` is shown this once.
@@ -133,6 +142,7 @@ impl From<&Operator> for OperatorView {
             name: o.name.clone(),
             key_prefix: o.key_prefix.clone(),
             created_at: o.created_at,
+            disabled_at: o.disabled_at,
         }
     }
 }
@@ -292,6 +302,41 @@ async fn review_item(state: &MerchantApiState, payment_id: &str) -> Result<Revie
         timeline: timeline.iter().map(TimelineEvent::from).collect(),
         proposals: proposals.iter().map(ProposalView::from).collect(),
     })
+}
+
+/// List the operators (admin token only; never their keys).
+#[utoipa::path(
+    get, path = "/admin/operators", tag = "review",
+    responses((status = 200, body = OperatorList), (status = 401, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn list_operators(State(state): State<MerchantApiState>) -> Result<Response, ApiError> {
+    let operators = state.store.list_operators().await?;
+    Ok(json(
+        StatusCode::OK,
+        &OperatorList {
+            object: "list".into(),
+            data: operators.iter().map(OperatorView::from).collect(),
+        },
+    ))
+}
+
+/// Disable an operator (admin token only): their key stops working at once;
+/// what they proposed or decided stays in history. Idempotent.
+#[utoipa::path(
+    post, path = "/admin/operators/{operator_id}/disable", tag = "review",
+    params(("operator_id" = String, Path)),
+    responses((status = 200, body = OperatorView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("admin_token" = []))
+)]
+pub async fn disable_operator(
+    State(state): State<MerchantApiState>,
+    ApiPath(operator_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let operator_id = id_or_404(&operator_id, "operator")?;
+    let operator = state.store.disable_operator(&operator_id).await?;
+    tracing::info!(operator = %operator.id, name = %operator.name, "operator disabled");
+    Ok(json(StatusCode::OK, &OperatorView::from(&operator)))
 }
 
 /// Create an operator (admin token only). The key is shown this once.

@@ -330,6 +330,25 @@ impl Store {
         row.as_ref().map(operator_from).transpose()
     }
 
+    /// Disable an operator: their key stops working at once (for proposing,
+    /// approving and rejecting). Their past decisions stay in history.
+    /// Disabling again keeps the first time.
+    pub async fn disable_operator(&self, operator_id: &str) -> Result<Operator, StoreError> {
+        sqlx::query("UPDATE operators SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL")
+            .bind(operator_id)
+            .bind(self.now_ms())
+            .execute(self.pool())
+            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {OPERATOR_COLS} FROM operators WHERE id = $1"
+        ))
+        .bind(operator_id)
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or_else(|| StoreError::not_found("operator", operator_id))?;
+        operator_from(&row)
+    }
+
     pub async fn list_operators(&self) -> Result<Vec<Operator>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OPERATOR_COLS} FROM operators ORDER BY created_at, id"

@@ -293,3 +293,45 @@ dual_test! {
         as_operator(gw, &alice, "/admin/review/payments?colour=red", None).await.expect_error(400, "invalid_query");
     }
 }
+
+dual_test! {
+    async fn a_disabled_operator_can_neither_propose_nor_approve_and_is_listed_as_disabled(gw) {
+        let m = gw.merchant("Acme").await;
+        let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-disabled").await;
+        let alice = operator(gw, "alice").await;
+        let bob = operator(gw, "bob").await;
+        let proposal = as_operator(gw, &alice, &format!("/admin/review/payments/{payment_id}/proposals"),
+            Some(&json!({"outcome": "attempt_succeeded", "target_id": attempt_id,
+                "reason_code": "psp_statement", "evidence_note": "the PSP statement lists it"})))
+            .await
+            .expect(201)
+            .json();
+
+        let listed = gw.admin_get("/admin/operators").await.expect(200).json();
+        let bob_id = listed["data"].as_array().unwrap().iter()
+            .find(|o| o["name"] == "bob")
+            .expect("bob is listed")["id"].as_str().unwrap().to_owned();
+        let text = listed.to_string();
+        assert!(!text.contains(&alice) && !text.contains(&bob), "never a whole key: {listed}");
+        let disabled = gw.admin_post(&format!("/admin/operators/{bob_id}/disable"), &json!({}))
+            .await
+            .expect(200)
+            .json();
+        assert!(disabled["disabled_at"].is_i64(), "{disabled}");
+        let again = gw.admin_post(&format!("/admin/operators/{bob_id}/disable"), &json!({}))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(again["disabled_at"], disabled["disabled_at"], "disabling twice keeps the first time");
+        gw.admin_post("/admin/operators/opr_nobody/disable", &json!({}))
+            .await
+            .expect_error(404, "resource_missing");
+
+        let approve = format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap());
+        as_operator(gw, &bob, &approve, Some(&json!({"note": "still me"})))
+            .await
+            .expect_error(401, "operator_key_invalid");
+        let attempt = gw.store().get_attempt(&attempt_id).await.unwrap();
+        assert_eq!(attempt.state, sluice_core::AttemptState::Unknown, "nothing moved");
+    }
+}
