@@ -4,7 +4,7 @@
 //! the real compiled `test-well-behaved` adapter and a fake PSP over HTTP.
 #![allow(dead_code)]
 
-pub mod fake_psp;
+pub use sluice_system_tests::fake_psp;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -4,7 +4,7 @@
 //! over real HTTP.
 #![allow(dead_code)]
 
-pub mod fake_psp;
+pub use sluice_system_tests::fake_psp;
 pub mod sandbox;
 
 use std::path::PathBuf;

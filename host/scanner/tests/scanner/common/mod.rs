@@ -5,7 +5,7 @@
 //! the orchestrator's tests.
 #![allow(dead_code)]
 
-pub mod fake_psp;
+pub use sluice_system_tests::fake_psp;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};

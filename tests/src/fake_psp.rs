@@ -1,8 +1,10 @@
-//! An in-process fake PSP over real HTTP, speaking the JSON wire format of the
-//! `test-well-behaved` adapter. Copied from the orchestrator's test harness
-//! (host/orchestrator/tests/orchestrator/common/fake_psp.rs), which owns it;
-//! keep the two in step.
-#![allow(dead_code)]
+//! An in-process fake PSP over real HTTP (axum on 127.0.0.1:0) speaking the
+//! JSON wire format of the `test-well-behaved` adapter, shared by the
+//! orchestrator, merchant-api and scanner tests. Tests tell it how to
+//! behave per route: succeed, decline, time out after committing, 5xx, answer
+//! slowly, or answer garbage. It honours `Idempotency-Key` (the same key gives
+//! the same object and never a second charge), counts what it committed and
+//! the queries per reference (with overlaps, for the multi-instance tests).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -79,6 +81,12 @@ struct Ledger {
     /// Idempotency-Key → (status, body) of the first answer.
     replies: BTreeMap<String, (u16, Value)>,
     requests: BTreeMap<&'static str, u64>,
+    /// Queries per reference (payment or refund reference).
+    queries: BTreeMap<String, u64>,
+    /// Queries per reference being answered right now.
+    in_flight: BTreeMap<String, u64>,
+    /// Times a query arrived while another of the same reference was in flight.
+    overlaps: u64,
     next_id: u64,
 }
 
@@ -91,6 +99,14 @@ impl Ledger {
         self.next_id += 1;
         format!("{prefix}_{}", self.next_id)
     }
+}
+
+/// The ledger, even if a test thread panicked while holding it (the data is
+/// still what the fake committed; a poisoned lock must not hide it).
+fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    ledger
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Clone)]
@@ -112,6 +128,8 @@ impl FakePsp {
             .route("/psp/v1/refunds", post(create_refund).get(find_refund))
             .route("/psp/v1/refunds/{id}", get(get_refund))
             .with_state(ledger.clone());
+        // Test support: without a loopback port there is no test to run, so
+        // failing loudly here is the right outcome.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind fake PSP");
@@ -127,12 +145,12 @@ impl FakePsp {
     }
 
     pub fn set_mode(&self, route: Route, mode: Mode) {
-        self.ledger.lock().unwrap().modes.insert(route, mode);
+        lock(&self.ledger).modes.insert(route, mode);
     }
 
     /// Change what the fake reports about a payment (e.g. "processing").
     pub fn set_status(&self, payment_id: &str, status: &str) {
-        let mut l = self.ledger.lock().unwrap();
+        let mut l = lock(&self.ledger);
         if let Some(p) = l.payments.iter_mut().find(|p| p.id == payment_id) {
             p.status = status.to_owned();
         }
@@ -140,7 +158,7 @@ impl FakePsp {
 
     /// Payments the fake committed (charges or authorizations), in order.
     pub fn payments(&self) -> Vec<FakePayment> {
-        self.ledger.lock().unwrap().payments.clone()
+        lock(&self.ledger).payments.clone()
     }
 
     pub fn payments_for(&self, reference: &str) -> Vec<FakePayment> {
@@ -151,30 +169,66 @@ impl FakePsp {
     }
 
     pub fn refunds(&self) -> Vec<FakeRefund> {
-        self.ledger.lock().unwrap().refunds.clone()
+        lock(&self.ledger).refunds.clone()
     }
 
     /// (payment id, capture reference, amount) of every committed capture.
     pub fn captures(&self) -> Vec<(String, String, i64)> {
-        self.ledger.lock().unwrap().captures.clone()
+        lock(&self.ledger).captures.clone()
+    }
+
+    /// Queries the fake answered (or is answering) for a reference.
+    pub fn queries_for(&self, reference: &str) -> u64 {
+        lock(&self.ledger)
+            .queries
+            .get(reference)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every reference's query count.
+    pub fn query_counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.ledger).queries.clone()
+    }
+
+    /// Queries that arrived while another query of the same reference was in flight.
+    pub fn overlapping_queries(&self) -> u64 {
+        lock(&self.ledger).overlaps
+    }
+
+    /// A payment the PSP committed from a request whose sender died before
+    /// it could record the answer.
+    pub fn seed_payment(
+        &self,
+        reference: &str,
+        amount: i64,
+        currency: &str,
+        status: &str,
+    ) -> String {
+        let mut l = lock(&self.ledger);
+        let id = l.mint("fp");
+        let captured = if status == "succeeded" { amount } else { 0 };
+        l.payments.push(FakePayment {
+            id: id.clone(),
+            reference: reference.to_owned(),
+            amount,
+            currency: currency.to_owned(),
+            status: status.to_owned(),
+            captured,
+        });
+        id
     }
 
     /// How many requests hit a route (`create_payment`, `query_payment`, ...).
     pub fn requests(&self, name: &str) -> u64 {
-        self.ledger
-            .lock()
-            .unwrap()
-            .requests
-            .get(name)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.ledger).requests.get(name).copied().unwrap_or(0)
     }
 }
 
 type Shared = Arc<Mutex<Ledger>>;
 
 fn count(ledger: &Shared, name: &'static str) {
-    *ledger.lock().unwrap().requests.entry(name).or_default() += 1;
+    *lock(ledger).requests.entry(name).or_default() += 1;
 }
 
 fn authorized(headers: &HeaderMap) -> bool {
@@ -214,7 +268,7 @@ async fn mutate(
     }
     let key = idempotency_key(&headers);
     let (mode, reply) = {
-        let mut l = ledger.lock().unwrap();
+        let mut l = lock(&ledger);
         let mode = l.mode(route);
         if let Some(reply) = key.as_ref().and_then(|k| l.replies.get(k).cloned()) {
             // A replay answers like the first time, under today's mode for
@@ -360,7 +414,8 @@ async fn cancel(
         let Some(payment) = l.payments.iter_mut().find(|p| p.id == id) else {
             return not_found();
         };
-        if payment.status != "authorized" {
+        // Like Stripe: held funds, or a customer step not completed yet.
+        if payment.status != "authorized" && payment.status != "requires_action" {
             return (
                 402,
                 json!({"status": "failed", "decline_code": "not_cancelable"}),
@@ -413,21 +468,45 @@ async fn create_refund(
 }
 
 /// Queries run under the `Queries` mode, but never commit anything.
-async fn query(ledger: Shared, answer: impl FnOnce(&Ledger) -> (u16, Value)) -> Response {
-    let (mode, reply) = {
-        let l = ledger.lock().unwrap();
-        (l.mode(Route::Queries), answer(&l))
+/// `reference` names what is queried, for the per-reference counts.
+async fn query(
+    ledger: Shared,
+    reference: impl FnOnce(&Ledger) -> String,
+    answer: impl FnOnce(&Ledger) -> (u16, Value),
+) -> Response {
+    let (mode, reply, key) = {
+        let mut l = lock(&ledger);
+        let key = reference(&l);
+        *l.queries.entry(key.clone()).or_default() += 1;
+        let in_flight = l.in_flight.entry(key.clone()).or_default();
+        *in_flight += 1;
+        if *in_flight > 1 {
+            l.overlaps += 1;
+        }
+        (l.mode(Route::Queries), answer(&l), key)
     };
     let mode = match mode {
         Mode::Decline => Mode::Succeed,
         other => other,
     };
-    deliver(mode, Some(reply)).await
+    let response = deliver(mode, Some(reply)).await;
+    if let Some(n) = lock(&ledger).in_flight.get_mut(&key) {
+        *n -= 1;
+    }
+    response
 }
 
 async fn get_payment(State(ledger): State<Shared>, Path(id): Path<String>) -> Response {
     count(&ledger, "query_payment");
-    query(ledger, move |l| {
+    let by_id = id.clone();
+    let reference = move |l: &Ledger| {
+        l.payments
+            .iter()
+            .find(|p| p.id == by_id)
+            .map(|p| p.reference.clone())
+            .unwrap_or(by_id)
+    };
+    query(ledger, reference, move |l| {
         l.payments
             .iter()
             .find(|p| p.id == id)
@@ -443,19 +522,32 @@ async fn find_payment(
 ) -> Response {
     count(&ledger, "query_payment");
     let reference = params.get("reference").cloned().unwrap_or_default();
-    query(ledger, move |l| {
-        l.payments
-            .iter()
-            .find(|p| p.reference == reference)
-            .map(|p| (200, payment_json(p)))
-            .unwrap_or_else(not_found)
-    })
+    let key = reference.clone();
+    query(
+        ledger,
+        move |_| key,
+        move |l| {
+            l.payments
+                .iter()
+                .find(|p| p.reference == reference)
+                .map(|p| (200, payment_json(p)))
+                .unwrap_or_else(not_found)
+        },
+    )
     .await
 }
 
 async fn get_refund(State(ledger): State<Shared>, Path(id): Path<String>) -> Response {
     count(&ledger, "query_refund");
-    query(ledger, move |l| {
+    let by_id = id.clone();
+    let reference = move |l: &Ledger| {
+        l.refunds
+            .iter()
+            .find(|r| r.id == by_id)
+            .map(|r| r.reference.clone())
+            .unwrap_or(by_id)
+    };
+    query(ledger, reference, move |l| {
         l.refunds
             .iter()
             .find(|r| r.id == id)
@@ -471,12 +563,17 @@ async fn find_refund(
 ) -> Response {
     count(&ledger, "query_refund");
     let reference = params.get("reference").cloned().unwrap_or_default();
-    query(ledger, move |l| {
-        l.refunds
-            .iter()
-            .find(|r| r.reference == reference)
-            .map(|r| (200, refund_json(r)))
-            .unwrap_or_else(not_found)
-    })
+    let key = reference.clone();
+    query(
+        ledger,
+        move |_| key,
+        move |l| {
+            l.refunds
+                .iter()
+                .find(|r| r.reference == reference)
+                .map(|r| (200, refund_json(r)))
+                .unwrap_or_else(not_found)
+        },
+    )
     .await
 }
