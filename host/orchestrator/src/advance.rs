@@ -324,29 +324,15 @@ impl Orchestrator {
                         return Ok(not_sent.into());
                     }
                 };
-                let processing = PaymentEvent {
-                    attempt_reference: Some(attempt.reference.clone()),
-                    action_reference: Some(capture.reference.clone()),
-                    raw_status: "submitted".into(),
-                    ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
+                let outgoing = Outgoing {
+                    kind: PendingKind::Capture,
+                    id: &capture.id,
+                    target: EventTarget::Capture(capture.reference.clone()),
+                    sent_kind: EventKind::AttemptSubmitted,
+                    attempt_reference: &attempt.reference,
+                    action_reference: &capture.reference,
                 };
-                if !self
-                    .record_sent(
-                        EventTarget::Capture(capture.reference.clone()),
-                        processing,
-                        &provenance,
-                        &connector,
-                    )
-                    .await?
-                {
-                    return Ok(Action::Waiting {
-                        reason: "another caller recorded it as sent and is sending it",
-                    });
-                }
-                self.store()
-                    .note_psp_call(PendingKind::Capture, &capture.id)
-                    .await?;
-                self.send(&connector, &own, &spec, &request, &provenance)
+                self.record_then_send(outgoing, &connector, &own, &spec, &request, &provenance)
                     .await
             }
             CaptureState::Processing
@@ -449,29 +435,15 @@ impl Orchestrator {
                         return Ok(not_sent.into());
                     }
                 };
-                let processing = PaymentEvent {
-                    attempt_reference: Some(attempt.reference.clone()),
-                    action_reference: Some(refund.reference.clone()),
-                    raw_status: "submitted".into(),
-                    ..PaymentEvent::new(EventKind::RefundProcessing, EvidenceSource::SyncResponse)
+                let outgoing = Outgoing {
+                    kind: PendingKind::Refund,
+                    id: &refund.id,
+                    target: EventTarget::Refund(refund.reference.clone()),
+                    sent_kind: EventKind::RefundProcessing,
+                    attempt_reference: &attempt.reference,
+                    action_reference: &refund.reference,
                 };
-                if !self
-                    .record_sent(
-                        EventTarget::Refund(refund.reference.clone()),
-                        processing,
-                        &provenance,
-                        &connector,
-                    )
-                    .await?
-                {
-                    return Ok(Action::Waiting {
-                        reason: "another caller recorded it as sent and is sending it",
-                    });
-                }
-                self.store()
-                    .note_psp_call(PendingKind::Refund, &refund.id)
-                    .await?;
-                self.send(&connector, &own, &spec, &request, &provenance)
+                self.record_then_send(outgoing, &connector, &own, &spec, &request, &provenance)
                     .await
             }
             RefundState::Processing
@@ -568,6 +540,38 @@ impl Orchestrator {
         Ok(applied.decision)
     }
 
+    /// Record a capture or refund as sent through the door, then send it.
+    /// Only the caller whose record was applied sends; a concurrent caller
+    /// stands back (the module docs).
+    async fn record_then_send(
+        &self,
+        outgoing: Outgoing<'_>,
+        connector: &Connector,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        request: &crate::transport::CheckedRequest,
+        provenance: &Provenance,
+    ) -> Result<Action, OrchestratorError> {
+        let sent = PaymentEvent {
+            attempt_reference: Some(outgoing.attempt_reference.to_owned()),
+            action_reference: Some(outgoing.action_reference.to_owned()),
+            raw_status: "submitted".into(),
+            ..PaymentEvent::new(outgoing.sent_kind, EvidenceSource::SyncResponse)
+        };
+        if !self
+            .record_sent(outgoing.target, sent, provenance, connector)
+            .await?
+        {
+            return Ok(Action::Waiting {
+                reason: "another caller recorded it as sent and is sending it",
+            });
+        }
+        self.store()
+            .note_psp_call(outgoing.kind, outgoing.id)
+            .await?;
+        self.send(connector, own, spec, request, provenance).await
+    }
+
     async fn send(
         &self,
         connector: &Connector,
@@ -631,6 +635,17 @@ fn not_sent_failure(not_sent: &NotSent) -> Failure {
 
 /// The context of a payment operation (authorize, sale, void, query-payment),
 /// from persisted facts only.
+/// A capture or refund about to be sent: its row, its door target and the
+/// event that records it as sent before the call.
+struct Outgoing<'a> {
+    kind: PendingKind,
+    id: &'a str,
+    target: EventTarget,
+    sent_kind: EventKind,
+    attempt_reference: &'a str,
+    action_reference: &'a str,
+}
+
 pub(crate) fn attempt_spec(
     operation: Operation,
     attempt: &PaymentAttempt,
