@@ -242,6 +242,29 @@ struct Plan<'a> {
     next_retry_time: Option<i64>,
 }
 
+impl<'a> Plan<'a> {
+    /// A command's plan: no PSP evidence, no inbox row, no capture cascade.
+    fn command(
+        (order, amounts, subject): (PaymentOrder, PaymentAmounts, Subject),
+        verdict: Verdict,
+        kind: &'static str,
+        provenance: &'a Provenance,
+    ) -> Plan<'a> {
+        Plan {
+            order,
+            amounts,
+            subject,
+            capture_attempt: None,
+            verdict,
+            input: Input::Command(kind),
+            provenance,
+            inbox_id: None,
+            inbox_done: false,
+            next_retry_time: None,
+        }
+    }
+}
+
 impl Plan<'_> {
     /// The event's identity as stored on the aggregate and in history.
     fn identity(&self) -> Option<EventIdentity> {
@@ -346,18 +369,12 @@ impl Store {
             if let Some((state, _)) = verdict.new_state {
                 verdict.cascade_order = OrderState::parse(state);
             }
-            let plan = Plan {
-                order,
-                amounts,
-                subject,
-                capture_attempt: None,
+            let plan = Plan::command(
+                (order, amounts, subject),
                 verdict,
-                input: Input::Command(command_kind(command)),
+                command_kind(command),
                 provenance,
-                inbox_id: None,
-                inbox_done: false,
-                next_retry_time: None,
-            };
+            );
             let step = self.carry_out(&mut tx, plan).await?;
             if let Some(applied) = finish_try(tx, step, tries).await? {
                 return Ok(applied);
@@ -387,27 +404,18 @@ impl Store {
             let amounts = amounts_in(&mut tx, &payment_id).await?;
             let refund = refund_in(&mut tx, &refund_id).await?;
             let verdict = Verdict::of(cancel_unsent_refund(&refund.snapshot()));
-            let plan = Plan {
-                order,
-                amounts,
-                subject: Subject {
-                    aggregate: Aggregate::Refund,
-                    table: "refunds",
-                    id: refund.id.clone(),
-                    state: refund.state.as_str(),
-                    version: refund.version,
-                    reference: Some(refund.reference.clone()),
-                    psp_reference: refund.psp_reference.clone(),
-                    next_retry_time: refund.next_retry_time,
-                },
-                capture_attempt: None,
+            let subject = operator::pending_subject(
+                &mut tx,
+                crate::payments::PendingKind::Refund,
+                &refund_id,
+            )
+            .await?;
+            let plan = Plan::command(
+                (order, amounts, subject),
                 verdict,
-                input: Input::Command("COMMAND_CANCEL_UNSENT_REFUND"),
+                "COMMAND_CANCEL_UNSENT_REFUND",
                 provenance,
-                inbox_id: None,
-                inbox_done: false,
-                next_retry_time: None,
-            };
+            );
             let step = self.carry_out(&mut tx, plan).await?;
             if let Some(applied) = finish_try(tx, step, tries).await? {
                 return Ok(applied);

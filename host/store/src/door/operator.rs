@@ -39,18 +39,12 @@ impl Store {
             let amounts = amounts_in(&mut tx, &payment_id).await?;
             let subject = pending_subject(&mut tx, kind, id).await?;
             let verdict = escalation_verdict(&order, &subject, reason);
-            let plan = Plan {
-                order,
-                amounts,
-                subject,
-                capture_attempt: None,
+            let plan = Plan::command(
+                (order, amounts, subject),
                 verdict,
-                input: Input::Command(ESCALATE_KIND),
+                ESCALATE_KIND,
                 provenance,
-                inbox_id: None,
-                inbox_done: false,
-                next_retry_time: None,
-            };
+            );
             let step = self.carry_out(&mut tx, plan).await?;
             if let Some(applied) = finish_try(tx, step, tries).await? {
                 return Ok(applied);
