@@ -3,10 +3,11 @@
 
 use crate::bindings::exports::sluice::psp::adapter::Guest;
 use crate::bindings::sluice::psp::host::{self as imports, LogLevel};
-use crate::host::Host;
+use crate::bindings::sluice::psp::keyring;
+use crate::host::{HmacAlgorithm, Host, KeyEncoding, KeyringError};
 use crate::types::{
     AdapterInfo, Failure, HttpRequest, HttpResponse, OperationContext, PaymentEvent,
-    WebhookAcceptance, WebhookRejection, WebhookRequest,
+    SettlementLine, WebhookAcceptance, WebhookRejection, WebhookRequest,
 };
 
 /// The host as seen through the component's imports.
@@ -17,8 +18,14 @@ impl Host for ImportedHost {
         imports::get_config(key)
     }
 
-    fn secret(&self, key: &str) -> Option<String> {
-        imports::get_secret(key)
+    fn hmac(
+        &self,
+        key: &str,
+        algorithm: HmacAlgorithm,
+        encoding: KeyEncoding,
+        data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, KeyringError> {
+        keyring::hmac(key, algorithm, encoding, data)
     }
 
     fn now_unix_millis(&self) -> i64 {
@@ -58,6 +65,10 @@ impl Guest for AdyenAdapter {
             );
         }
         result
+    }
+
+    fn parse_settlement(report: Vec<u8>) -> Result<Vec<SettlementLine>, Failure> {
+        crate::settlement::parse_settlement(&report)
     }
 }
 

@@ -6,6 +6,9 @@
 //! `amount.value` (integer minor units as decimal text), `amount.currency`, `eventCode`
 //! and `success` (`"true"`/`"false"`); a missing field is the empty string. The signature
 //! travels in `additionalData.hmacSignature` and is compared in constant time.
+//!
+//! In the adapter the MAC comes from the host's keyring ([`matches_any`]); [`sign`] and
+//! [`is_valid`] compute it with a key in hand, for tests and the sandbox.
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -75,6 +78,21 @@ fn mac(key: &[u8], fields: &SignedFields) -> [u8; 32] {
 /// The base64 signature Adyen puts in `additionalData.hmacSignature`.
 pub fn sign(key: &[u8], fields: &SignedFields) -> String {
     base64::engine::general_purpose::STANDARD.encode(mac(key, fields))
+}
+
+/// Whether `signature` (base64) equals any of `macs` (one per valid key version), in
+/// constant time per candidate.
+pub fn matches_any(macs: &[Vec<u8>], signature: &str) -> bool {
+    let Ok(given) = base64::engine::general_purpose::STANDARD.decode(signature.trim()) else {
+        return false;
+    };
+    let mut matched = subtle::Choice::from(0u8);
+    for mac in macs {
+        if mac.len() == given.len() && mac.len() == 32 {
+            matched |= given.as_slice().ct_eq(mac);
+        }
+    }
+    bool::from(matched)
 }
 
 /// Whether `signature` (base64) is the item's signature under `key`, in constant time.

@@ -2,10 +2,12 @@
 //!
 //! It speaks Adyen's public Checkout API format as described in
 //! `docs/psp-wire-subsets.md`: JSON `POST /v71/payments` and the modification endpoints
-//! (`/captures`, `/cancels`, `/refunds`) with `X-API-Key` and the host's references as
-//! `Idempotency-Key`, and batched standard notifications whose items each carry an
-//! HMAC-SHA256 signature (hex-decoded key, base64 signature in
-//! `additionalData.hmacSignature`).
+//! (`/captures`, `/cancels`, `/refunds`) with `X-API-Key: {{secret:api_key}}` (a
+//! placeholder the host substitutes after its destination check) and the host's
+//! references as `Idempotency-Key`, batched standard notifications whose items each carry
+//! an HMAC-SHA256 signature (hex-decoded key, base64 signature in
+//! `additionalData.hmacSignature`, computed by the host's keyring), and Settlement
+//! details reports ([`settlement`]).
 //!
 //! The logic lives in plain modules that compile natively and take an explicit
 //! [`Host`], so the golden tests run without a wasm runtime:
@@ -25,6 +27,7 @@ pub mod model;
 pub mod notification;
 pub mod request;
 pub mod response;
+pub mod settlement;
 
 /// Bindings generated from the Sluice adapter contract (`wit/psp-adapter.wit`).
 #[allow(unused_imports)] // the `export!` macro alias is only used by the wasm build
@@ -67,6 +70,7 @@ pub fn describe() -> AdapterInfo {
             Capability::QueryPayment,
             Capability::QueryRefund,
             Capability::Webhooks,
+            Capability::SettlementReports,
         ],
         currencies: CURRENCIES.iter().map(|c| c.to_string()).collect(),
     }

@@ -12,6 +12,17 @@
 //! acknowledging would make Adyen drop the bad item for good, and a batch with a forged
 //! item is not one whose other items we want to trust either.
 //!
+//! The HMAC is computed by the host's keyring (the key never enters the adapter): one
+//! MAC per valid version of `webhook_secret`, hex-decoded, so an item signed with the
+//! old or the new key verifies during a rotation.
+//!
+//! **An item for another merchant account is refused, with its batch** (`unsupported`).
+//! An HMAC key can be configured at company level and then signs the notifications of
+//! every merchant account of the company, so a valid signature does not prove the item
+//! belongs to this connector account: its `merchantAccountCode` must equal the account's
+//! `merchant_account` setting. The refusal is kept by the host as evidence, and Adyen
+//! keeps retrying until the notification is sent where it belongs.
+//!
 //! | `eventCode` | `success: "true"` | `success: "false"` |
 //! |---|---|---|
 //! | `AUTHORISATION` | `payment-authorized` (attempt = `merchantReference`) | `payment-failed`, declined, code = `reason` |
@@ -38,8 +49,10 @@ use serde_json::Value;
 
 use crate::bindings::sluice::psp::host::LogLevel;
 use crate::events::{event, failure, money};
-use crate::hmac_signature::{decode_key, is_valid, SignedFields};
-use crate::host::{Host, SECRET_WEBHOOK};
+use crate::hmac_signature::{matches_any, SignedFields};
+use crate::host::{
+    HmacAlgorithm, Host, KeyEncoding, KeyringError, CONFIG_MERCHANT_ACCOUNT, SECRET_WEBHOOK,
+};
 use crate::types::{
     EventKind, EvidenceSource, FailureCategory, Header, HttpResponse, PaymentEvent,
     WebhookAcceptance, WebhookRejection, WebhookRequest,
@@ -80,31 +93,24 @@ pub fn handle_webhook(
             request.method
         )));
     }
-    let key = host
-        .secret(SECRET_WEBHOOK)
-        .filter(|s| !s.is_empty())
+    let merchant_account = host
+        .config(CONFIG_MERCHANT_ACCOUNT)
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
         .ok_or_else(|| {
             WebhookRejection::Unsupported(format!(
-                "the connector account has no secret `{SECRET_WEBHOOK}`, so no notification can be verified"
+                "the connector account has no setting `{CONFIG_MERCHANT_ACCOUNT}`, so no notification can be attributed to it"
             ))
-        })
-        .and_then(|hex_key| {
-            decode_key(&hex_key).map_err(|e| {
-                WebhookRejection::Unsupported(format!(
-                    "the connector account's `{SECRET_WEBHOOK}` is unusable: {e}"
-                ))
-            })
         })?;
     let items = parse_items(&request.body)?;
     for (index, item) in items.iter().enumerate() {
-        let valid = item
-            .signature
-            .as_deref()
-            .is_some_and(|sig| is_valid(&key, &item.signed, sig));
-        if !valid {
-            return Err(WebhookRejection::BadSignature(format!(
-                "notification item {index} (pspReference {:?}, {}) has no valid HMAC signature for this account; the whole batch is refused so that Adyen retries it",
-                item.signed.psp_reference, item.signed.event_code
+        verify_item(host, index, item)?;
+    }
+    for (index, item) in items.iter().enumerate() {
+        if item.signed.merchant_account_code != merchant_account {
+            return Err(WebhookRejection::Unsupported(format!(
+                "notification item {index} (pspReference {:?}) is for merchant account {:?}, not this connector account's; the whole batch is refused",
+                item.signed.psp_reference, item.signed.merchant_account_code
             )));
         }
     }
@@ -118,6 +124,38 @@ pub fn handle_webhook(
         ),
     );
     Ok(WebhookAcceptance { events, ack: ack() })
+}
+
+/// Checks one item's signature against the keyring's MACs of its signed data.
+fn verify_item(host: &impl Host, index: usize, item: &Item) -> Result<(), WebhookRejection> {
+    let macs = host
+        .hmac(
+            SECRET_WEBHOOK,
+            HmacAlgorithm::Sha256,
+            KeyEncoding::Hex,
+            item.signed.data_to_sign().as_bytes(),
+        )
+        .map_err(|e| {
+            let detail = match e {
+                KeyringError::UnknownKey(m)
+                | KeyringError::UnusableKey(m)
+                | KeyringError::TooLarge(m) => m,
+            };
+            WebhookRejection::Unsupported(format!(
+                "the connector account's `{SECRET_WEBHOOK}` cannot verify notifications: {detail}"
+            ))
+        })?;
+    let valid = item
+        .signature
+        .as_deref()
+        .is_some_and(|sig| matches_any(&macs, sig));
+    if valid {
+        return Ok(());
+    }
+    Err(WebhookRejection::BadSignature(format!(
+        "notification item {index} (pspReference {:?}, {}) has no valid HMAC signature for this account; the whole batch is refused so that Adyen retries it",
+        item.signed.psp_reference, item.signed.event_code
+    )))
 }
 
 /// `200` with body `[accepted]`.

@@ -5,9 +5,12 @@
 //! response of the first request and never performs it twice. Adyen's keys are unique
 //! per company account across endpoints, so the void uses its own key
 //! (`<attempt reference>:void`), and keys are at most 64 characters.
+//!
+//! The API key is the placeholder `{{secret:api_key}}` in `X-API-Key`: the host
+//! substitutes it after its destination check.
 
 use crate::host::{
-    require_config, require_secret, Host, CONFIG_BASE_URL, CONFIG_MERCHANT_ACCOUNT, SECRET_API_KEY,
+    require_config, Host, API_KEY_PLACEHOLDER, CONFIG_BASE_URL, CONFIG_MERCHANT_ACCOUNT,
 };
 use crate::model::{AdditionalData, Amount, ModificationRequest, PaymentMethod, PaymentRequest};
 use crate::types::{
@@ -27,7 +30,6 @@ pub fn build_request(host: &impl Host, ctx: &OperationContext) -> Result<HttpReq
     let base = require_config(host, CONFIG_BASE_URL)?;
     let base = base.trim_end_matches('/');
     let merchant_account = require_config(host, CONFIG_MERCHANT_ACCOUNT)?;
-    let api_key = require_secret(host, SECRET_API_KEY)?;
     let (path, body, key) = plan(ctx, &merchant_account)?;
     if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
         return Err(unsupported(
@@ -39,7 +41,7 @@ pub fn build_request(host: &impl Host, ctx: &OperationContext) -> Result<HttpReq
         method: "POST".to_string(),
         url: format!("{base}/{API_VERSION}{path}"),
         headers: vec![
-            header("X-API-Key", &api_key),
+            header("X-API-Key", API_KEY_PLACEHOLDER),
             header("Content-Type", "application/json"),
             header("Idempotency-Key", &key),
         ],

@@ -4,7 +4,9 @@ mod common;
 
 use common::*;
 use sluice_adapter_adyen::request::build_request;
-use sluice_adapter_adyen::types::{FailureCategory, Header, HttpRequest, Operation};
+use sluice_adapter_adyen::types::{
+    FailureCategory, Header, HttpRequest, Operation, OperationContext,
+};
 
 const BASE: &str = "http://127.0.0.1:9000/adyen";
 
@@ -30,8 +32,38 @@ fn post(path: &str, key: &str, body: &str) -> HttpRequest {
     }
 }
 
+/// The request as it goes on the wire: the adapter's, with the host's keyring
+/// substituting the credential placeholders.
 fn build(op: Operation) -> HttpRequest {
-    build_request(&TestHost::configured(), &ctx(op)).expect("request builds")
+    wire(&ctx(op))
+}
+
+fn wire(context: &OperationContext) -> HttpRequest {
+    let host = TestHost::configured();
+    let built = build_request(&host, context).expect("request builds");
+    substituted(&host.keyring(), &built)
+}
+
+#[test]
+fn the_adapter_writes_the_api_key_as_a_placeholder_and_never_holds_it() {
+    for op in [
+        Operation::Authorize,
+        Operation::Sale,
+        Operation::Capture,
+        Operation::Void,
+        Operation::Refund,
+        Operation::QueryPayment,
+        Operation::QueryRefund,
+    ] {
+        let built = build_request(&TestHost::configured(), &ctx(op)).unwrap();
+        let key = built
+            .headers
+            .iter()
+            .find(|h| h.name == "X-API-Key")
+            .unwrap();
+        assert_eq!(key.value, "{{secret:api_key}}", "{op:?}");
+        assert!(!format!("{built:?}").contains(API_KEY), "{op:?}");
+    }
 }
 
 const AUTHORIZE_BODY: &str = concat!(
@@ -55,7 +87,7 @@ fn sale_posts_the_same_payment_without_manual_capture() {
     let mut context = ctx(Operation::Sale);
     context.return_url = None;
     assert_eq!(
-        build_request(&TestHost::configured(), &context).unwrap(),
+        wire(&context),
         post(
             "/v71/payments",
             ATTEMPT,
@@ -123,7 +155,6 @@ fn a_missing_setting_is_a_configuration_failure() {
             TestHost::configured().without_config("merchant_account"),
             "merchant_account",
         ),
-        (TestHost::configured().without_secret("api_key"), "api_key"),
     ] {
         let failure = build_request(&host, &ctx(Operation::Authorize)).unwrap_err();
         assert_eq!(failure.category, FailureCategory::Configuration, "{key}");

@@ -83,9 +83,18 @@ fn the_published_adyen_test_vector_is_reproduced() {
     ));
 }
 
+/// The connector account of Adyen's published vector (merchant account `TestMerchant`).
+fn vector_host() -> TestHost {
+    TestHost::configured().with_config("merchant_account", "TestMerchant")
+}
+
 #[test]
 fn the_published_vector_notification_is_accepted_and_acknowledged() {
-    let acceptance = accept("notifications/authorisation_vector.json");
+    let acceptance = handle_webhook(
+        &vector_host(),
+        &request(fixture("notifications/authorisation_vector.json")),
+    )
+    .expect("notification accepted");
     assert_eq!(
         acceptance.ack,
         HttpResponse {
@@ -106,6 +115,51 @@ fn the_published_vector_notification_is_accepted_and_acknowledged() {
     });
     expected.provider_event_id = Some("7914073381342284:AUTHORISATION:true".into());
     assert_eq!(acceptance.events, vec![expected]);
+}
+
+#[test]
+fn the_published_vector_verifies_through_the_keyring_during_a_key_rotation() {
+    let body = fixture("notifications/authorisation_vector.json");
+    // The vector's key is the previous one, a new key is current: still valid.
+    let rotating = vector_host().rotated(
+        "webhook_secret",
+        "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF",
+    );
+    assert!(handle_webhook(&rotating, &request(body.clone())).is_ok());
+    // Once the rotation window closed (the old key gone), the item is refused.
+    let rotated = TestHost::configured()
+        .with_config("merchant_account", "TestMerchant")
+        .with_secret(
+            "webhook_secret",
+            "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF",
+        );
+    assert!(matches!(
+        refuse(&rotated, body),
+        WebhookRejection::BadSignature(_)
+    ));
+}
+
+#[test]
+fn an_item_for_another_merchant_account_is_refused_with_its_batch() {
+    // Correctly signed with the (company-level) key, but for merchant account
+    // `TestMerchant`, while this connector account is `SluiceTestECOM`.
+    let rejection = refuse(
+        &TestHost::configured(),
+        fixture("notifications/authorisation_vector.json"),
+    );
+    let WebhookRejection::Unsupported(detail) = rejection else {
+        panic!("expected an unsupported rejection, got {rejection:?}");
+    };
+    assert!(detail.contains("TestMerchant"), "{detail}");
+    // Without a configured merchant account nothing can be attributed.
+    let unattributed = TestHost::configured().without_config("merchant_account");
+    assert!(matches!(
+        refuse(
+            &unattributed,
+            fixture("notifications/authorisation_success.json")
+        ),
+        WebhookRejection::Unsupported(_)
+    ));
 }
 
 #[test]

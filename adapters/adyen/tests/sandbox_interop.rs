@@ -2,6 +2,8 @@
 //! (`host/sandbox-psp`), and the sandbox's answers and signed notifications, read back by
 //! the adapter. Both sides follow `docs/psp-wire-subsets.md`; this proves they agree.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,14 +11,16 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::Router;
 use sluice_adapter_adyen::bindings::sluice::psp::host::LogLevel;
+use sluice_adapter_adyen::host::{HmacAlgorithm, KeyEncoding, KeyringError};
 use sluice_adapter_adyen::notification::handle_webhook;
 use sluice_adapter_adyen::request::build_request;
 use sluice_adapter_adyen::response::parse_response;
 use sluice_adapter_adyen::types::{
-    EventKind, FailureCategory, Header, HttpRequest, HttpResponse, Money, Operation,
+    CaptureMode, EventKind, FailureCategory, Header, HttpRequest, HttpResponse, Money, Operation,
     OperationContext, PaymentEvent, WebhookRequest,
 };
 use sluice_adapter_adyen::Host;
+use sluice_adapter_runtime::Keyring;
 use sluice_sandbox_psp::{
     start, Format, SandboxConfig, SandboxHandle, WebhookTarget, DEFAULT_ADYEN_API_KEY,
 };
@@ -37,12 +41,14 @@ impl Host for SandboxAccount {
         }
     }
 
-    fn secret(&self, key: &str) -> Option<String> {
-        match key {
-            "api_key" => Some(DEFAULT_ADYEN_API_KEY.into()),
-            "webhook_secret" => Some(HMAC_KEY.into()),
-            _ => None,
-        }
+    fn hmac(
+        &self,
+        key: &str,
+        algorithm: HmacAlgorithm,
+        encoding: KeyEncoding,
+        data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, KeyringError> {
+        common::keyring_hmac(&keyring(), key, algorithm, encoding, data)
     }
 
     fn now_unix_millis(&self) -> i64 {
@@ -52,8 +58,22 @@ impl Host for SandboxAccount {
     fn log(&self, _level: LogLevel, _message: &str) {}
 }
 
-/// What the host does between build-request and parse-response.
+/// The sandbox account's secrets, in the host's keyring.
+fn keyring() -> Keyring {
+    let mut keyring = Keyring::default();
+    for (name, value) in [
+        ("api_key", DEFAULT_ADYEN_API_KEY),
+        ("webhook_secret", HMAC_KEY),
+    ] {
+        keyring.insert(name, value);
+    }
+    keyring
+}
+
+/// What the host does between build-request and parse-response: substitute the
+/// credential placeholders, send, read the answer.
 async fn perform(request: &HttpRequest) -> HttpResponse {
+    let request = &common::substituted(&keyring(), request);
     let client = reqwest::Client::new();
     let method = reqwest::Method::from_bytes(request.method.as_bytes()).unwrap();
     let mut builder = client
@@ -88,9 +108,16 @@ async fn call(account: &SandboxAccount, context: &OperationContext) -> PaymentEv
     events.into_iter().next().unwrap()
 }
 
+/// The context of `op`; an authorization is a manual-capture attempt, everything else
+/// automatic (see [`manual`]).
 fn context(op: Operation, attempt: &str, token: &str, amount: i64) -> OperationContext {
     OperationContext {
         operation: op,
+        capture_mode: if op == Operation::Authorize {
+            CaptureMode::Manual
+        } else {
+            CaptureMode::Automatic
+        },
         attempt_reference: attempt.into(),
         action_reference: None,
         psp_payment_reference: None,
@@ -104,6 +131,12 @@ fn context(op: Operation, attempt: &str, token: &str, amount: i64) -> OperationC
         merchant_order_no: format!("order-{attempt}"),
         metadata: vec![],
     }
+}
+
+/// The same context for a manual-capture attempt.
+fn manual(mut ctx: OperationContext) -> OperationContext {
+    ctx.capture_mode = CaptureMode::Manual;
+    ctx
 }
 
 fn modification(
@@ -223,7 +256,12 @@ async fn authorize_capture_and_refund_agree_with_the_sandbox_and_its_notificatio
     // The query replays the creation and gets the stored answer; nothing is charged twice.
     let query = call(
         &account,
-        &context(Operation::QueryPayment, "att_adyen_1", "pm_card_visa", 2000),
+        &manual(context(
+            Operation::QueryPayment,
+            "att_adyen_1",
+            "pm_card_visa",
+            2000,
+        )),
     )
     .await;
     assert_eq!(query.kind, EventKind::PaymentAuthorized);
@@ -362,12 +400,12 @@ async fn declines_actions_voids_and_faults_are_classified_by_meaning() {
     assert_eq!(garbage.kind, EventKind::ResultUnknown);
     let truth = call(
         &account,
-        &context(
+        &manual(context(
             Operation::QueryPayment,
             "att_adyen_g",
             "pm_sluice_garbage",
             2000,
-        ),
+        )),
     )
     .await;
     assert_eq!(truth.kind, EventKind::PaymentAuthorized);

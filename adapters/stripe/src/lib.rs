@@ -1,18 +1,21 @@
 //! `sluice-adapter-stripe`: the Stripe-format PSP adapter, built as a WebAssembly component.
 //!
 //! It speaks Stripe's public API format as described in `docs/psp-wire-subsets.md`:
-//! form-encoded PaymentIntents and Refunds with `Authorization: Bearer <api_key>` and the
+//! form-encoded PaymentIntents and Refunds with `Authorization: Bearer {{secret:api_key}}`
+//! (a placeholder the host substitutes after its destination check) and the
 //! host's references as `Idempotency-Key`, and `Stripe-Signature` webhooks
 //! (`t=<unix>,v1=<hex hmac-sha256 over "{t}.{raw body}">`, keyed with the whole
 //! `whsec_...` string).
 //!
 //! The logic lives in plain modules that compile natively and take an explicit
-//! [`Host`] (configuration, secrets, clock, log), so the golden tests run without a wasm
+//! [`Host`] (configuration, keyring, clock, log), so the golden tests run without a wasm
 //! runtime:
 //!
 //! - [`request`]: operation context → HTTP request,
 //! - [`response`]: HTTP response → normalised events (and the error classification),
-//! - [`webhook`] + [`signature`]: `Stripe-Signature` verification and event normalisation,
+//! - [`webhook`] + [`signature`]: `Stripe-Signature` verification (MACs from the host's
+//!   keyring: the adapter never holds a secret) and event normalisation,
+//! - [`settlement`]: balance reports (CSV) → settlement lines,
 //! - [`model`]: the subset of Stripe's objects the adapter reads.
 //!
 //! [`component`] is the thin wit-bindgen glue: it backs [`Host`] with the component's
@@ -25,6 +28,7 @@ pub mod model;
 pub mod normalise;
 pub mod request;
 pub mod response;
+pub mod settlement;
 pub mod signature;
 pub mod webhook;
 
@@ -71,6 +75,7 @@ pub fn describe() -> AdapterInfo {
             Capability::QueryPayment,
             Capability::QueryRefund,
             Capability::Webhooks,
+            Capability::SettlementReports,
         ],
         currencies: CURRENCIES.iter().map(|c| c.to_string()).collect(),
     }

@@ -5,7 +5,7 @@
 //! percent-encoded (`metadata%5Bkey%5D`), which every form parser, Stripe's included,
 //! decodes to the same key.
 
-use crate::host::{require_config, require_secret, Host, CONFIG_BASE_URL, SECRET_API_KEY};
+use crate::host::{require_config, Host, API_KEY_PLACEHOLDER, CONFIG_BASE_URL};
 use crate::model::{META_ATTEMPT, META_CAPTURE, META_ORDER, META_REFUND};
 use crate::types::{
     Failure, FailureCategory, Header, HttpRequest, Money, Operation, OperationContext,
@@ -19,12 +19,16 @@ pub const VOID_KEY_SUFFIX: &str = ":void";
 
 /// Build the request for `ctx`. Err when the connector account lacks a setting
 /// (`configuration`) or the context lacks what the operation needs (`unsupported`).
+/// The API key is the placeholder `{{secret:api_key}}`: the host substitutes it (or
+/// refuses the call as misconfigured when the account has no `api_key`).
 pub fn build_request(host: &impl Host, ctx: &OperationContext) -> Result<HttpRequest, Failure> {
     let base = require_config(host, CONFIG_BASE_URL)?;
     let base = base.trim_end_matches('/');
-    let api_key = require_secret(host, SECRET_API_KEY)?;
     let call = plan(base, ctx)?;
-    let mut headers = vec![header("Authorization", &format!("Bearer {api_key}"))];
+    let mut headers = vec![header(
+        "Authorization",
+        &format!("Bearer {API_KEY_PLACEHOLDER}"),
+    )];
     let body = match &call.form {
         Some(form) => {
             headers.push(header("Content-Type", FORM));

@@ -7,6 +7,11 @@
 //! time. The timestamp must be within the tolerance of the host's clock, in either
 //! direction, and is checked only after the signature, so an unsigned request never
 //! learns anything about our clock.
+//!
+//! The adapter never holds the secret: [`verify`] takes the expected MACs of
+//! [`signed_payload`] from the host's keyring, one per valid version of the secret (a
+//! secret being rolled verifies with either). [`compute_v1`] is the same computation
+//! with a secret in hand, for tests and the sandbox.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -28,6 +33,8 @@ pub enum SignatureError {
     NoV1Signature,
     #[error("no v1 signature matches the payload and the webhook secret")]
     NoMatch,
+    #[error("the keyring computed no signature: {0}")]
+    Keyring(String),
     #[error("the signed timestamp is {age_seconds} s from the host's clock, beyond the tolerance of {tolerance_seconds} s")]
     Stale {
         age_seconds: i64,
@@ -70,28 +77,32 @@ pub fn parse_header(header: &str) -> Result<SignatureHeader, SignatureError> {
     Ok(SignatureHeader { timestamp, v1 })
 }
 
-/// `hex(HMAC-SHA256(secret, "{timestamp}.{payload}"))`: what Stripe puts in `v1`.
-pub fn compute_v1(secret: &str, timestamp: i64, payload: &[u8]) -> String {
-    hex::encode(mac(secret, timestamp, payload))
+/// What Stripe signs: `"{timestamp}.{payload}"`.
+pub fn signed_payload(timestamp: i64, payload: &[u8]) -> Vec<u8> {
+    let mut data = timestamp.to_string().into_bytes();
+    data.push(b'.');
+    data.extend_from_slice(payload);
+    data
 }
 
-fn mac(secret: &str, timestamp: i64, payload: &[u8]) -> [u8; 32] {
+/// `hex(HMAC-SHA256(secret, "{timestamp}.{payload}"))`: what Stripe puts in `v1`.
+pub fn compute_v1(secret: &str, timestamp: i64, payload: &[u8]) -> String {
     // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
     let mut mac = match HmacSha256::new_from_slice(secret.as_bytes()) {
         Ok(mac) => mac,
         Err(_) => unreachable!("HMAC-SHA256 takes keys of any length"),
     };
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(payload);
-    mac.finalize().into_bytes().into()
+    mac.update(&signed_payload(timestamp, payload));
+    hex::encode(mac.finalize().into_bytes())
 }
 
-/// Verify `header` for `payload`. Returns the signed timestamp when authentic and fresh.
+/// Verify `header` for `payload`. `expected_macs` computes the MACs of the signed
+/// payload with every valid version of the secret (the host's keyring). Returns the
+/// signed timestamp when authentic and fresh.
 pub fn verify(
     header: Option<&str>,
     payload: &[u8],
-    secret: &str,
+    expected_macs: impl FnOnce(&[u8]) -> Result<Vec<Vec<u8>>, SignatureError>,
     tolerance_seconds: i64,
     now_unix_seconds: i64,
 ) -> Result<i64, SignatureError> {
@@ -99,13 +110,15 @@ pub fn verify(
     if header.v1.is_empty() {
         return Err(SignatureError::NoV1Signature);
     }
-    let expected = mac(secret, header.timestamp, payload);
+    let expected = expected_macs(&signed_payload(header.timestamp, payload))?;
     let mut matched = subtle::Choice::from(0u8);
     for candidate in &header.v1 {
         // A candidate that is not 64 hex digits cannot match; it is still just a candidate.
         if let Ok(bytes) = hex::decode(candidate) {
-            if bytes.len() == expected.len() {
-                matched |= bytes.as_slice().ct_eq(&expected);
+            for mac in &expected {
+                if bytes.len() == mac.len() && mac.len() == 32 {
+                    matched |= bytes.as_slice().ct_eq(mac);
+                }
             }
         }
     }

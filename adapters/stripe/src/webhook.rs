@@ -1,7 +1,7 @@
 //! Stripe webhooks → verified, normalised events and the acknowledgement Stripe expects.
 //!
-//! Order of checks: method (POST) → the account's secret and tolerance → the
-//! `Stripe-Signature` header over the raw body ([`crate::signature`]) → the event JSON.
+//! Order of checks: method (POST) → the tolerance → the `Stripe-Signature` header over
+//! the raw body ([`crate::signature`], MACs from the host's keyring) → the event JSON.
 //! Nothing is parsed before the signature is verified.
 //!
 //! | event type | events |
@@ -26,7 +26,9 @@ use serde_json::Value;
 
 use crate::bindings::sluice::psp::host::LogLevel;
 use crate::events::{event, money};
-use crate::host::{Host, CONFIG_WEBHOOK_TOLERANCE, SECRET_WEBHOOK};
+use crate::host::{
+    HmacAlgorithm, Host, KeyEncoding, KeyringError, CONFIG_WEBHOOK_TOLERANCE, SECRET_WEBHOOK,
+};
 use crate::model::{Charge, Dispute, Event, PaymentIntent, Refund};
 use crate::normalise::{
     intent_action_required, intent_authorized, intent_base, intent_failed, intent_succeeded,
@@ -52,18 +54,20 @@ pub fn handle_webhook(
             request.method
         )));
     }
-    let secret = host
-        .secret(SECRET_WEBHOOK)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            WebhookRejection::Unsupported(format!(
-                "the connector account has no secret `{SECRET_WEBHOOK}`, so no webhook can be verified"
-            ))
-        })?;
     let tolerance = tolerance_seconds(host)?;
     let now = host.now_unix_millis().div_euclid(1000);
     let header = header_value(&request.headers, SIGNATURE_HEADER);
-    signature::verify(header, &request.body, &secret, tolerance, now).map_err(rejection)?;
+    // Stripe keys the HMAC with the whole `whsec_...` text.
+    let macs = |data: &[u8]| {
+        host.hmac(
+            SECRET_WEBHOOK,
+            HmacAlgorithm::Sha256,
+            KeyEncoding::Utf8,
+            data,
+        )
+        .map_err(|e| SignatureError::Keyring(keyring_message(&e)))
+    };
+    signature::verify(header, &request.body, macs, tolerance, now).map_err(rejection)?;
 
     let stripe_event: Event = serde_json::from_slice(&request.body).map_err(|_| {
         WebhookRejection::Malformed("the body is not a Stripe event object".to_string())
@@ -125,6 +129,17 @@ fn rejection(error: SignatureError) -> WebhookRejection {
         }
         SignatureError::Malformed(_) => WebhookRejection::Malformed(message),
         SignatureError::Stale { .. } => WebhookRejection::StaleTimestamp(message),
+        SignatureError::Keyring(_) => WebhookRejection::Unsupported(format!(
+            "the connector account's secret `{SECRET_WEBHOOK}` cannot verify webhooks ({message})"
+        )),
+    }
+}
+
+fn keyring_message(error: &KeyringError) -> String {
+    match error {
+        KeyringError::UnknownKey(m) | KeyringError::UnusableKey(m) | KeyringError::TooLarge(m) => {
+            m.clone()
+        }
     }
 }
 

@@ -2,17 +2,21 @@
 //! (`host/sandbox-psp`), and the sandbox's answers and signed webhooks, read back by the
 //! adapter. Both sides follow `docs/psp-wire-subsets.md`; this proves they agree.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::Router;
+use sluice_adapter_runtime::Keyring;
 use sluice_adapter_stripe::bindings::sluice::psp::host::LogLevel;
+use sluice_adapter_stripe::host::{HmacAlgorithm, KeyEncoding, KeyringError};
 use sluice_adapter_stripe::request::build_request;
 use sluice_adapter_stripe::response::parse_response;
 use sluice_adapter_stripe::types::{
-    EventKind, FailureCategory, Header, HttpRequest, HttpResponse, Money, Operation,
+    CaptureMode, EventKind, FailureCategory, Header, HttpRequest, HttpResponse, Money, Operation,
     OperationContext, PaymentEvent, WebhookRequest,
 };
 use sluice_adapter_stripe::webhook::handle_webhook;
@@ -33,12 +37,14 @@ impl Host for SandboxAccount {
         (key == "base_url").then(|| self.base_url.clone())
     }
 
-    fn secret(&self, key: &str) -> Option<String> {
-        match key {
-            "api_key" => Some(DEFAULT_STRIPE_API_KEY.into()),
-            "webhook_secret" => Some(WEBHOOK_SECRET.into()),
-            _ => None,
-        }
+    fn hmac(
+        &self,
+        key: &str,
+        algorithm: HmacAlgorithm,
+        encoding: KeyEncoding,
+        data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, KeyringError> {
+        common::keyring_hmac(&keyring(), key, algorithm, encoding, data)
     }
 
     fn now_unix_millis(&self) -> i64 {
@@ -51,8 +57,22 @@ impl Host for SandboxAccount {
     fn log(&self, _level: LogLevel, _message: &str) {}
 }
 
-/// What the host does between build-request and parse-response.
+/// The sandbox account's secrets, in the host's keyring.
+fn keyring() -> Keyring {
+    let mut keyring = Keyring::default();
+    for (name, value) in [
+        ("api_key", DEFAULT_STRIPE_API_KEY),
+        ("webhook_secret", WEBHOOK_SECRET),
+    ] {
+        keyring.insert(name, value);
+    }
+    keyring
+}
+
+/// What the host does between build-request and parse-response: substitute the
+/// credential placeholders, send, read the answer.
 async fn perform(request: &HttpRequest) -> HttpResponse {
+    let request = &common::substituted(&keyring(), request);
     let client = reqwest::Client::new();
     let method = reqwest::Method::from_bytes(request.method.as_bytes()).unwrap();
     let mut builder = client
@@ -85,9 +105,16 @@ async fn call(account: &SandboxAccount, context: &OperationContext) -> Vec<Payme
     parse_response(context, &response).unwrap()
 }
 
+/// The context of `op`; an authorization is a manual-capture attempt, everything else
+/// automatic (see [`manual`]).
 fn context(op: Operation, attempt: &str, token: &str, amount: i64) -> OperationContext {
     OperationContext {
         operation: op,
+        capture_mode: if op == Operation::Authorize {
+            CaptureMode::Manual
+        } else {
+            CaptureMode::Automatic
+        },
         attempt_reference: attempt.into(),
         action_reference: None,
         psp_payment_reference: None,

@@ -125,6 +125,26 @@ fn a_signature_computed_by_openssl_is_accepted() {
 }
 
 #[test]
+fn during_a_secret_rotation_a_webhook_signed_with_either_secret_is_accepted() {
+    // The keyring holds the new secret and, until the window closes, the old one.
+    let rotating = TestHost::configured().rotated("webhook_secret", "whsec_rolled_new_4c1d");
+    let old = signed("webhooks/payment_intent.succeeded.json");
+    assert!(handle_webhook(&rotating, &old).is_ok());
+    let body = fixture("webhooks/payment_intent.succeeded.json");
+    let header = stripe_test_header(&body, "whsec_rolled_new_4c1d", NOW_SECONDS);
+    let new = request(body, Some(&header));
+    assert!(handle_webhook(&rotating, &new).is_ok());
+    // After the window, only the new one.
+    let rolled =
+        TestHost::configured().with_secret_value("webhook_secret", "whsec_rolled_new_4c1d");
+    assert!(matches!(
+        refuse(&rolled, &old),
+        WebhookRejection::BadSignature(_)
+    ));
+    assert!(handle_webhook(&rolled, &new).is_ok());
+}
+
+#[test]
 fn a_tampered_body_is_refused_as_a_bad_signature() {
     let mut req = signed("webhooks/payment_intent.succeeded.json");
     let body = String::from_utf8(req.body).unwrap();

@@ -36,6 +36,25 @@ fn output_bytes() -> usize {
 pub struct HugeOutput;
 
 impl Guest for HugeOutput {
+    fn parse_settlement(
+        _report: Vec<u8>,
+    ) -> Result<Vec<sluice::psp::types::SettlementLine>, Failure> {
+        let line = sluice::psp::types::SettlementLine {
+            line_type: sluice::psp::types::SettlementLineType::Other,
+            attempt_reference: None,
+            action_reference: None,
+            psp_reference: None,
+            psp_payment_reference: None,
+            line_id: "x".repeat(output_bytes()),
+            gross_minor: 0,
+            net_minor: 0,
+            currency: "EUR".to_string(),
+            status: String::new(),
+            booked_at_unix_millis: None,
+        };
+        Ok(vec![line])
+    }
+
     fn describe() -> AdapterInfo {
         info()
     }

@@ -32,6 +32,12 @@ fn spin() -> ! {
 pub struct InfiniteLoop;
 
 impl Guest for InfiniteLoop {
+    fn parse_settlement(
+        _report: Vec<u8>,
+    ) -> Result<Vec<sluice::psp::types::SettlementLine>, Failure> {
+        spin()
+    }
+
     fn describe() -> AdapterInfo {
         info()
     }

@@ -35,6 +35,12 @@ fn bomb() -> ! {
 pub struct MemoryBomb;
 
 impl Guest for MemoryBomb {
+    fn parse_settlement(
+        _report: Vec<u8>,
+    ) -> Result<Vec<sluice::psp::types::SettlementLine>, Failure> {
+        bomb()
+    }
+
     fn describe() -> AdapterInfo {
         info()
     }

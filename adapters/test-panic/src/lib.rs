@@ -25,6 +25,12 @@ fn info() -> AdapterInfo {
 pub struct Panics;
 
 impl Guest for Panics {
+    fn parse_settlement(
+        _report: Vec<u8>,
+    ) -> Result<Vec<sluice::psp::types::SettlementLine>, Failure> {
+        panic!("test-panic: parse-settlement always panics")
+    }
+
     fn describe() -> AdapterInfo {
         info()
     }

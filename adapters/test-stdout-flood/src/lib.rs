@@ -55,6 +55,13 @@ fn flood() {
 pub struct StdoutFlood;
 
 impl Guest for StdoutFlood {
+    fn parse_settlement(
+        _report: Vec<u8>,
+    ) -> Result<Vec<sluice::psp::types::SettlementLine>, Failure> {
+        flood();
+        Ok(Vec::new())
+    }
+
     fn describe() -> AdapterInfo {
         info()
     }

@@ -1,10 +1,10 @@
 //! Glue between the component model exports and the plain logic modules.
 
 use crate::bindings::exports::sluice::psp::adapter::Guest;
-use crate::bindings::sluice::psp::host;
+use crate::bindings::sluice::psp::{host, keyring};
 use crate::types::{
-    AdapterInfo, Capability, Failure, HttpRequest, HttpResponse, OperationContext, PaymentEvent,
-    WebhookAcceptance, WebhookRejection, WebhookRequest,
+    AdapterInfo, Capability, Failure, FailureCategory, HttpRequest, HttpResponse, OperationContext,
+    PaymentEvent, SettlementLine, WebhookAcceptance, WebhookRejection, WebhookRequest,
 };
 use crate::webhook::DEFAULT_TOLERANCE_SECONDS;
 
@@ -37,8 +37,7 @@ impl Guest for TestWellBehaved {
 
     fn build_request(context: OperationContext) -> Result<HttpRequest, Failure> {
         let base_url = host::get_config("base_url");
-        let api_key = host::get_secret("api_key");
-        crate::request::build_request(base_url.as_deref(), api_key.as_deref(), &context)
+        crate::request::build_request(base_url.as_deref(), &context)
     }
 
     fn parse_response(
@@ -49,16 +48,20 @@ impl Guest for TestWellBehaved {
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookAcceptance, WebhookRejection> {
-        let secret = host::get_secret("webhook_secret");
         let tolerance = host::get_config("webhook_tolerance_seconds")
             .and_then(|t| t.parse::<i64>().ok())
             .unwrap_or(DEFAULT_TOLERANCE_SECONDS);
-        let secrets = crate::WebhookSecrets {
-            webhook_secret: secret.as_deref(),
-            tolerance_seconds: tolerance,
+        let macs = |data: &[u8]| {
+            keyring::hmac(
+                "webhook_secret",
+                keyring::HmacAlgorithm::Sha256,
+                keyring::KeyEncoding::Utf8,
+                data,
+            )
+            .ok()
         };
         let now_unix_secs = host::now_unix_millis().div_euclid(1000);
-        let result = crate::verify_and_normalise(&secrets, now_unix_secs, &request);
+        let result = crate::webhook::verify_with_macs(&macs, tolerance, now_unix_secs, &request);
         match &result {
             Ok(acceptance) => host::log(
                 host::LogLevel::Debug,
@@ -70,6 +73,14 @@ impl Guest for TestWellBehaved {
             ),
         }
         result
+    }
+
+    fn parse_settlement(_report: Vec<u8>) -> Result<Vec<SettlementLine>, Failure> {
+        Err(Failure {
+            category: FailureCategory::Unsupported,
+            code: "unsupported".into(),
+            message: "test-well-behaved reads no settlement reports".into(),
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! `test-well-behaved`: a small but sound PSP adapter for a JSON test wire format.
 //!
 //! It exists to exercise the adapter runtime and the end-to-end flow with a real
-//! component. The wire format (all JSON, `Authorization: Bearer <api_key>`):
+//! component. The wire format (all JSON, `Authorization: Bearer <api_key>`, written as
+//! the placeholder `{{secret:api_key}}`):
 //!
 //! | operation     | request |
 //! |---------------|---------|
@@ -20,7 +21,9 @@
 //!
 //! The logic lives in plain modules ([`request`], [`response`], [`webhook`]) that compile
 //! natively, so benchmarks and tests can run the very same code outside the sandbox; the
-//! component glue in [`component`] only fetches config, secrets and the clock from the host.
+//! component glue in [`component`] only fetches config, keyring MACs and the clock from the
+//! host (the API key travels as the placeholder `{{secret:api_key}}`, substituted by the
+//! host).
 
 pub mod component;
 pub mod request;

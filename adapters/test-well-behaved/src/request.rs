@@ -3,24 +3,24 @@
 use crate::types::{Failure, FailureCategory, Header, HttpRequest, Operation, OperationContext};
 use serde_json::{json, Map, Value};
 
-/// Builds the request for `ctx`. `base_url` and `api_key` come from the connector
-/// account; without them the host must not call the PSP at all.
+/// What the host replaces with the account's API key in the request it sends.
+pub const API_KEY_PLACEHOLDER: &str = "{{secret:api_key}}";
+
+/// Builds the request for `ctx`. `base_url` comes from the connector account; without
+/// it the host must not call the PSP at all. The API key is a placeholder the host
+/// substitutes (and refuses the call when the account has no `api_key`).
 pub fn build_request(
     base_url: Option<&str>,
-    api_key: Option<&str>,
     ctx: &OperationContext,
 ) -> Result<HttpRequest, Failure> {
     let base = base_url
         .map(|b| b.trim_end_matches('/'))
         .filter(|b| !b.is_empty())
         .ok_or_else(|| configuration("missing_base_url", "connector account has no base_url"))?;
-    let api_key = api_key
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| configuration("missing_api_key", "connector account has no api_key"))?;
 
     let plan = plan(base, ctx)?;
     let mut headers = vec![
-        header("Authorization", &format!("Bearer {api_key}")),
+        header("Authorization", &format!("Bearer {API_KEY_PLACEHOLDER}")),
         header("Accept", "application/json"),
     ];
     let body = match &plan.body {
@@ -212,6 +212,7 @@ mod tests {
     fn ctx(operation: Operation) -> OperationContext {
         OperationContext {
             operation,
+            capture_mode: crate::types::CaptureMode::Automatic,
             attempt_reference: "att_1".into(),
             action_reference: Some("rf 1/x".into()),
             psp_payment_reference: Some("pay_9".into()),
@@ -236,16 +237,14 @@ mod tests {
 
     #[test]
     fn sale_posts_json_with_the_attempt_reference_as_idempotency_key() {
-        let req = build_request(
-            Some("http://127.0.0.1:1/psp/"),
-            Some("sk_1"),
-            &ctx(Operation::Sale),
-        )
-        .unwrap();
+        let req = build_request(Some("http://127.0.0.1:1/psp/"), &ctx(Operation::Sale)).unwrap();
         assert_eq!(req.method, "POST");
         assert_eq!(req.url, "http://127.0.0.1:1/psp/v1/payments");
         assert_eq!(header_value(&req, "idempotency-key"), Some("att_1"));
-        assert_eq!(header_value(&req, "authorization"), Some("Bearer sk_1"));
+        assert_eq!(
+            header_value(&req, "authorization"),
+            Some("Bearer {{secret:api_key}}")
+        );
         let body: Value = serde_json::from_slice(&req.body).unwrap();
         assert_eq!(body["amount"], 1250);
         assert_eq!(body["capture"], "automatic");
@@ -254,19 +253,16 @@ mod tests {
 
     #[test]
     fn refund_uses_the_refund_reference_and_encodes_it_in_urls() {
-        let req = build_request(Some("http://h"), Some("k"), &ctx(Operation::Refund)).unwrap();
+        let req = build_request(Some("http://h"), &ctx(Operation::Refund)).unwrap();
         assert_eq!(header_value(&req, "idempotency-key"), Some("rf 1/x"));
-        let query =
-            build_request(Some("http://h"), Some("k"), &ctx(Operation::QueryRefund)).unwrap();
+        let query = build_request(Some("http://h"), &ctx(Operation::QueryRefund)).unwrap();
         assert_eq!(query.url, "http://h/v1/refunds?reference=rf%201%2Fx");
         assert!(query.body.is_empty());
     }
 
     #[test]
-    fn missing_settings_are_configuration_failures() {
-        let err = build_request(None, Some("k"), &ctx(Operation::Sale)).unwrap_err();
-        assert_eq!(err.category, FailureCategory::Configuration);
-        let err = build_request(Some("http://h"), None, &ctx(Operation::Sale)).unwrap_err();
+    fn a_missing_base_url_is_a_configuration_failure() {
+        let err = build_request(None, &ctx(Operation::Sale)).unwrap_err();
         assert_eq!(err.category, FailureCategory::Configuration);
     }
 }

@@ -223,6 +223,7 @@ mod tests {
     fn ctx(operation: Operation) -> OperationContext {
         OperationContext {
             operation,
+            capture_mode: crate::types::CaptureMode::Automatic,
             attempt_reference: "att_1".into(),
             action_reference: None,
             psp_payment_reference: None,

@@ -1,8 +1,10 @@
 //! `handle-webhook`: verify the `X-Test-Signature` header and normalise the body.
 //!
 //! Signature: `X-Test-Signature: t=<unix seconds>,v1=<hex hmac-sha256>` where the MAC is
-//! keyed with the connector account's `webhook_secret` over `"{t}.{raw body}"`. Several
-//! `v1` entries may be present (secret rotation); any one matching is enough. The signed
+//! keyed with the connector account's `webhook_secret` over `"{t}.{raw body}"`; in the
+//! component the host's keyring computes it (the adapter never sees the secret). Several
+//! `v1` entries may be present, and the keyring may hold several valid versions of the
+//! secret (rotation); any one matching is enough. The signed
 //! timestamp must be within the tolerance (default 300 s) of the host clock.
 //!
 //! Body: `{"id": "<event id>", "type": "payment.succeeded", "data": {...}}` with `data`
@@ -39,9 +41,30 @@ impl std::fmt::Debug for WebhookSecrets<'_> {
     }
 }
 
-/// Verifies `request` and turns it into events plus the acknowledgement to send back.
+/// The expected MACs of the signed data, one per valid version of the secret; None
+/// when the account has no webhook secret. In the component this is the host's keyring.
+pub type ExpectedMacs<'a> = &'a dyn Fn(&[u8]) -> Option<Vec<Vec<u8>>>;
+
+/// Verifies `request` with a secret in hand (native tests and benchmarks).
 pub fn verify_and_normalise(
     secrets: &WebhookSecrets<'_>,
+    now_unix_secs: i64,
+    request: &WebhookRequest,
+) -> Result<WebhookAcceptance, WebhookRejection> {
+    let macs = |data: &[u8]| {
+        secrets
+            .webhook_secret
+            .filter(|s| !s.is_empty())
+            .map(|secret| vec![mac_for(secret, data).finalize().into_bytes().to_vec()])
+    };
+    verify_with_macs(&macs, secrets.tolerance_seconds, now_unix_secs, request)
+}
+
+/// Verifies `request` against the expected MACs and turns it into events plus the
+/// acknowledgement to send back.
+pub fn verify_with_macs(
+    expected_macs: ExpectedMacs<'_>,
+    tolerance_seconds: i64,
     now_unix_secs: i64,
     request: &WebhookRequest,
 ) -> Result<WebhookAcceptance, WebhookRejection> {
@@ -51,26 +74,23 @@ pub fn verify_and_normalise(
             request.method
         )));
     }
-    let secret = secrets
-        .webhook_secret
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            WebhookRejection::BadSignature("connector account has no webhook_secret".into())
-        })?;
     let header = find_header(&request.headers, SIGNATURE_HEADER).ok_or_else(|| {
         WebhookRejection::BadSignature(format!("missing {SIGNATURE_HEADER} header"))
     })?;
     let signature = parse_signature_header(header)?;
-    if !any_signature_matches(secret, signature.timestamp, &request.body, &signature.v1) {
+    let expected =
+        expected_macs(&signed_data(signature.timestamp, &request.body)).ok_or_else(|| {
+            WebhookRejection::BadSignature("connector account has no webhook_secret".into())
+        })?;
+    if !any_signature_matches(&expected, &signature.v1) {
         return Err(WebhookRejection::BadSignature(
             "no v1 signature matches the webhook secret".into(),
         ));
     }
     let age = now_unix_secs.saturating_sub(signature.timestamp);
-    if age.saturating_abs() > secrets.tolerance_seconds {
+    if age.saturating_abs() > tolerance_seconds {
         return Err(WebhookRejection::StaleTimestamp(format!(
-            "signed {age} s away from now, tolerance {} s",
-            secrets.tolerance_seconds
+            "signed {age} s away from now, tolerance {tolerance_seconds} s"
         )));
     }
     let body: Value = serde_json::from_slice(&request.body)
@@ -91,7 +111,9 @@ pub fn verify_and_normalise(
 
 /// The header value a PSP would send for `body` signed at `timestamp`.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    let mac = mac_for(secret, timestamp, body).finalize().into_bytes();
+    let mac = mac_for(secret, &signed_data(timestamp, body))
+        .finalize()
+        .into_bytes();
     format!("t={timestamp},v1={}", hex::encode(mac))
 }
 
@@ -125,27 +147,38 @@ fn parse_signature_header(value: &str) -> Result<SignatureHeader, WebhookRejecti
     Ok(SignatureHeader { timestamp, v1 })
 }
 
-fn mac_for(secret: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
+/// What the MAC covers: `"{t}.{raw body}"`.
+pub fn signed_data(timestamp: i64, body: &[u8]) -> Vec<u8> {
+    let mut data = timestamp.to_string().into_bytes();
+    data.push(b'.');
+    data.extend_from_slice(body);
+    data
+}
+
+fn mac_for(secret: &str, data: &[u8]) -> Hmac<Sha256> {
     // HMAC accepts keys of any length, so this cannot fail.
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes())
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
+    mac.update(data);
     mac
 }
 
-/// `verify_slice` compares in constant time, so timing does not leak the expected MAC.
-fn any_signature_matches(
-    secret: &str,
-    timestamp: i64,
-    body: &[u8],
-    candidates: &[Vec<u8>],
-) -> bool {
-    let mac = mac_for(secret, timestamp, body);
-    candidates
-        .iter()
-        .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
+/// Constant-time comparison of every candidate with every expected MAC, so timing does
+/// not leak an expected MAC.
+fn any_signature_matches(expected: &[Vec<u8>], candidates: &[Vec<u8>]) -> bool {
+    let mut matched = 0u8;
+    for mac in expected {
+        for candidate in candidates {
+            if mac.len() == candidate.len() {
+                let diff = mac
+                    .iter()
+                    .zip(candidate)
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+                matched |= u8::from(diff == 0);
+            }
+        }
+    }
+    matched == 1
 }
 
 fn find_header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {

@@ -3,13 +3,15 @@
 use crate::bindings::{PspAdapter, PspAdapterPre};
 use crate::engine::deadline_ticks;
 use crate::error::{describe_wasm_error, AdapterError};
+use crate::keyring::Keyring;
 use crate::limits::SandboxLimits;
 use crate::output::OutputSize;
 use crate::runtime::{AdapterIdentity, AdapterVersionInfo, LoadedVersion, Shared};
 use crate::sandbox::{CallState, MemoryLimitExceeded};
 use crate::{
-    AdapterInfo, ConnectorAccountScope, Failure, HttpRequest, HttpResponse, OperationContext,
-    PaymentEvent, WebhookAcceptance, WebhookRejection, WebhookRequest,
+    AdapterInfo, ConnectorAccountScope, Failure, Header, HttpRequest, HttpResponse,
+    OperationContext, PaymentEvent, SettlementLine, WebhookAcceptance, WebhookRejection,
+    WebhookRequest,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -56,11 +58,14 @@ impl AdapterHandle {
         .await
     }
 
+    /// The request as the adapter built it, credential placeholders and all: the host
+    /// substitutes them only on the copy it sends, after the destination check.
     pub async fn build_request(
         &self,
         account: &ConnectorAccountScope,
-        ctx: OperationContext,
+        mut ctx: OperationContext,
     ) -> Result<Result<HttpRequest, Failure>, AdapterError> {
+        redact_context(&account.secrets, &mut ctx);
         self.call(
             "build-request",
             Arc::new(account.clone()),
@@ -69,12 +74,16 @@ impl AdapterHandle {
         .await
     }
 
+    /// The PSP's answer reaches the guest without any of the account's secret values
+    /// (a PSP echoing a credential back must not bring it into the sandbox).
     pub async fn parse_response(
         &self,
         account: &ConnectorAccountScope,
-        ctx: OperationContext,
-        response: HttpResponse,
+        mut ctx: OperationContext,
+        mut response: HttpResponse,
     ) -> Result<Result<Vec<PaymentEvent>, Failure>, AdapterError> {
+        redact_context(&account.secrets, &mut ctx);
+        redact_message(&account.secrets, &mut response.headers, &mut response.body);
         self.call(
             "parse-response",
             Arc::new(account.clone()),
@@ -89,12 +98,29 @@ impl AdapterHandle {
     pub async fn handle_webhook(
         &self,
         account: &ConnectorAccountScope,
-        request: WebhookRequest,
+        mut request: WebhookRequest,
     ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
+        redact_message(&account.secrets, &mut request.headers, &mut request.body);
         self.call(
             "handle-webhook",
             Arc::new(account.clone()),
             move |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
+        )
+        .await
+    }
+
+    /// A settlement report of the PSP (its bytes) → normalised lines. The report is
+    /// the account's; secret values in it are redacted like in a PSP response.
+    pub async fn parse_settlement(
+        &self,
+        account: &ConnectorAccountScope,
+        mut report: Vec<u8>,
+    ) -> Result<Result<Vec<SettlementLine>, Failure>, AdapterError> {
+        account.secrets.redact(&mut report);
+        self.call(
+            "parse-settlement",
+            Arc::new(account.clone()),
+            move |g, store| g.sluice_psp_adapter().call_parse_settlement(store, &report),
         )
         .await
     }
@@ -114,12 +140,14 @@ impl AdapterHandle {
                 AdapterError::Instantiate("every instance slot is busy".into())
             }
         })?;
+        let mut request = request.clone();
+        redact_message(&account.secrets, &mut request.headers, &mut request.body);
         run_call(
             &self.shared,
             &self.version.pre,
             &self.version.info.limits,
             Arc::new(account.clone()),
-            |g, store| g.sluice_psp_adapter().call_handle_webhook(store, request),
+            |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
         )
     }
 
@@ -213,6 +241,46 @@ where
         });
     }
     Ok(value)
+}
+
+/// Secret values out of the headers and body of a message bound for a guest.
+fn redact_message(keyring: &Keyring, headers: &mut [Header], body: &mut Vec<u8>) {
+    if keyring.is_empty() {
+        return;
+    }
+    let mut count = keyring.redact(body);
+    for header in headers {
+        count += keyring.redact_str(&mut header.value);
+    }
+    if count > 0 {
+        tracing::warn!(
+            occurrences = count,
+            "a secret value of the connector account was redacted before the adapter saw it"
+        );
+    }
+}
+
+/// Secret values out of the merchant-supplied strings of an operation context.
+fn redact_context(keyring: &Keyring, ctx: &mut OperationContext) {
+    if keyring.is_empty() {
+        return;
+    }
+    let mut count = keyring.redact_str(&mut ctx.merchant_order_no);
+    for text in [&mut ctx.payment_method_token, &mut ctx.return_url]
+        .into_iter()
+        .flatten()
+    {
+        count += keyring.redact_str(text);
+    }
+    for (key, value) in &mut ctx.metadata {
+        count += keyring.redact_str(key) + keyring.redact_str(value);
+    }
+    if count > 0 {
+        tracing::warn!(
+            occurrences = count,
+            "a secret value in the operation context was redacted before the adapter saw it"
+        );
+    }
 }
 
 fn classify(err: &wasmtime::Error, state: &CallState, instantiating: bool) -> AdapterError {

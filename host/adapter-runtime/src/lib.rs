@@ -12,7 +12,10 @@
 //!   dedicated ticker thread) and a cap on the size of what the call returns;
 //! * deny-all WASI: no files, no network, no environment, no arguments, stdin closed,
 //!   stdout/stderr captured with a cap and sent to tracing;
-//! * `host` imports that see only the [`ConnectorAccountScope`] of the call.
+//! * `host` imports that see only the [`ConnectorAccountScope`] of the call, and a
+//!   `keyring` import that computes MACs with the account's secrets ([`Keyring`]): no
+//!   secret ever enters the sandbox (contract `sluice:psp@0.2.0`). Secret values are
+//!   redacted from the PSP responses, webhooks and contexts handed to a guest.
 //!
 //! Calls are `async` but run the guest on tokio's blocking pool (`spawn_blocking`), so
 //! a guest spinning until its deadline never occupies an async worker thread, and the
@@ -25,6 +28,7 @@ mod cache;
 mod engine;
 mod error;
 mod handle;
+mod keyring;
 mod limits;
 mod output;
 mod runtime;
@@ -32,29 +36,34 @@ mod sandbox;
 
 pub use bindings::sluice::psp::host::LogLevel;
 pub use bindings::sluice::psp::types::{
-    AdapterInfo, Capability, EventKind, EvidenceSource, Failure, FailureCategory, Header,
-    HttpRequest, HttpResponse, Money, Operation, OperationContext, PaymentEvent, WebhookAcceptance,
-    WebhookRejection, WebhookRequest,
+    AdapterInfo, Capability, CaptureMode, EventKind, EvidenceSource, Failure, FailureCategory,
+    Header, HttpRequest, HttpResponse, Money, Operation, OperationContext, PaymentEvent,
+    SettlementLine, SettlementLineType, WebhookAcceptance, WebhookRejection, WebhookRequest,
 };
 pub use error::{AdapterError, LoadError, RuntimeError};
 pub use handle::AdapterHandle;
+pub use keyring::{
+    HmacHash, KeyText, Keyring, KeyringFailure, PlaceholderError, MAX_HMAC_DATA_BYTES, REDACTED,
+};
 pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits};
 pub use runtime::{AdapterIdentity, AdapterRuntime, AdapterStatus, AdapterVersionInfo};
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The adapter contract versions this host accepts: `sluice:psp/adapter@0.1.x`.
+/// The adapter contract versions this host accepts: `sluice:psp/adapter@0.2.x`. A
+/// `0.1.x` component (which read secrets through `get-secret`) is refused at load time.
 pub const CONTRACT_INTERFACE: &str = "sluice:psp/adapter";
-pub const SUPPORTED_CONTRACT: &str = "0.1.x";
+pub const SUPPORTED_CONTRACT: &str = "0.2.x";
 
 /// The connector account a call serves: its id, non-secret settings and secrets. The
-/// adapter's `get-config` / `get-secret` imports see exactly these maps and nothing else.
+/// adapter's `get-config` import sees `config` (minus any name that is also a secret's);
+/// its `keyring` import computes MACs with `secrets` without revealing them.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ConnectorAccountScope {
     pub account_id: String,
     pub config: BTreeMap<String, String>,
-    pub secrets: BTreeMap<String, String>,
+    pub secrets: Keyring,
 }
 
 impl ConnectorAccountScope {
@@ -71,23 +80,33 @@ impl ConnectorAccountScope {
     }
 
     pub fn with_secret(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.secrets.insert(key.into(), value.into());
+        self.secrets.insert(key, value);
         self
+    }
+
+    /// A secret with several valid versions, newest first (a rotation window).
+    pub fn with_secret_versions(mut self, key: impl Into<String>, versions: Vec<String>) -> Self {
+        self.secrets.insert_versions(key, versions);
+        self
+    }
+
+    /// What `get-config` answers: the setting, unless the name is also a secret's (a
+    /// secret copied into the settings by mistake must not reach the guest).
+    pub fn visible_config(&self, key: &str) -> Option<&str> {
+        if self.secrets.contains(key) {
+            return None;
+        }
+        self.config.get(key).map(String::as_str)
     }
 }
 
 /// Secrets are never printed: only their names are shown.
 impl fmt::Debug for ConnectorAccountScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret_names: BTreeMap<&str, &str> = self
-            .secrets
-            .keys()
-            .map(|k| (k.as_str(), "<redacted>"))
-            .collect();
         f.debug_struct("ConnectorAccountScope")
             .field("account_id", &self.account_id)
             .field("config", &self.config)
-            .field("secrets", &secret_names)
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -105,5 +124,15 @@ mod tests {
         assert!(!printed.contains("sk_live_very_secret"), "{printed}");
         assert!(printed.contains("api_key"));
         assert!(printed.contains("http://127.0.0.1:1"));
+    }
+
+    #[test]
+    fn config_lookup_refuses_the_name_of_a_secret() {
+        let scope = ConnectorAccountScope::new("acct_1")
+            .with_config("api_key", "sk_live_copied_by_mistake")
+            .with_config("base_url", "http://127.0.0.1:1")
+            .with_secret("api_key", "sk_live_copied_by_mistake");
+        assert_eq!(scope.visible_config("api_key"), None);
+        assert_eq!(scope.visible_config("base_url"), Some("http://127.0.0.1:1"));
     }
 }

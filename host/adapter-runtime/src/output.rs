@@ -3,7 +3,7 @@
 //! guest can produce; this cap bounds what the rest of the host is handed.
 
 use crate::bindings::sluice::psp::types::{
-    AdapterInfo, Failure, Header, HttpRequest, HttpResponse, Money, PaymentEvent,
+    AdapterInfo, Failure, Header, HttpRequest, HttpResponse, Money, PaymentEvent, SettlementLine,
     WebhookAcceptance, WebhookRejection,
 };
 use std::mem::size_of;
@@ -75,6 +75,8 @@ sum_fields!(WebhookAcceptance => events, ack);
 sum_fields!(AdapterInfo => name, version, capabilities, currencies);
 sum_fields!(PaymentEvent => attempt_reference, action_reference, psp_reference,
     psp_payment_reference, amount, provider_event_id, raw_status, failure, next_action_url);
+sum_fields!(SettlementLine => attempt_reference, action_reference, psp_reference,
+    psp_payment_reference, line_id, currency, status);
 
 impl OutputSize for crate::bindings::sluice::psp::types::Capability {
     fn heap_size(&self) -> usize {

@@ -425,7 +425,7 @@ fn build_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
     Ok(linker)
 }
 
-/// Checks the component exports `sluice:psp/adapter@0.1.x` before anything else, so a
+/// Checks the component exports `sluice:psp/adapter@0.2.x` before anything else, so a
 /// component built for another contract version gets a precise error.
 fn check_contract_exports(engine: &Engine, component: &Component) -> Result<(), LoadError> {
     let ty = component.component_type();
@@ -453,7 +453,7 @@ fn check_contract_exports(engine: &Engine, component: &Component) -> Result<(), 
 
 fn is_supported_contract(version: &str) -> bool {
     let mut parts = version.splitn(3, '.');
-    matches!((parts.next(), parts.next(), parts.next()), (Some("0"), Some("1"), Some(patch))
+    matches!((parts.next(), parts.next(), parts.next()), (Some("0"), Some("2"), Some(patch))
         if patch.split(['-', '+']).next().is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
 }
 
@@ -482,14 +482,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_contract_versions_0_1_x_are_supported() {
-        assert!(is_supported_contract("0.1.0"));
-        assert!(is_supported_contract("0.1.7"));
-        assert!(is_supported_contract("0.1.2-rc.1"));
-        assert!(!is_supported_contract("0.2.0"));
-        assert!(!is_supported_contract("1.1.0"));
-        assert!(!is_supported_contract("0.1"));
-        assert!(!is_supported_contract("0.10.0"));
+    fn only_contract_versions_0_2_x_are_supported() {
+        assert!(is_supported_contract("0.2.0"));
+        assert!(is_supported_contract("0.2.7"));
+        assert!(is_supported_contract("0.2.2-rc.1"));
+        assert!(!is_supported_contract("0.1.0"));
+        assert!(!is_supported_contract("0.3.0"));
+        assert!(!is_supported_contract("1.2.0"));
+        assert!(!is_supported_contract("0.2"));
+        assert!(!is_supported_contract("0.20.0"));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The per-call sandbox: the store's data, the memory limiter, captured stdio, the
-//! deny-all WASI context and the `host` imports scoped to one connector account.
+//! deny-all WASI context and the `host` and `keyring` imports scoped to one connector
+//! account.
 
-use crate::bindings::sluice::psp::{host, types};
+use crate::bindings::sluice::psp::{host, keyring, types};
+use crate::keyring::{HmacHash, KeyText, KeyringFailure};
 use crate::limits::{Clock, SandboxLimits};
 use crate::ConnectorAccountScope;
 use std::pin::Pin;
@@ -101,11 +103,7 @@ impl types::Host for CallState {}
 
 impl host::Host for CallState {
     fn get_config(&mut self, key: String) -> Option<String> {
-        self.scope.config.get(&key).cloned()
-    }
-
-    fn get_secret(&mut self, key: String) -> Option<String> {
-        self.scope.secrets.get(&key).cloned()
+        self.scope.visible_config(&key).map(str::to_owned)
     }
 
     fn log(&mut self, level: host::LogLevel, message: String) {
@@ -139,6 +137,39 @@ impl host::Host for CallState {
 
     fn now_unix_millis(&mut self) -> i64 {
         (self.clock)()
+    }
+}
+
+impl keyring::Host for CallState {
+    fn hmac(
+        &mut self,
+        key_name: String,
+        algorithm: keyring::HmacAlgorithm,
+        encoding: keyring::KeyEncoding,
+        data: Vec<u8>,
+    ) -> Result<Vec<Vec<u8>>, keyring::KeyringError> {
+        let hash = match algorithm {
+            keyring::HmacAlgorithm::Sha256 => HmacHash::Sha256,
+            keyring::HmacAlgorithm::Sha512 => HmacHash::Sha512,
+        };
+        let text = match encoding {
+            keyring::KeyEncoding::Utf8 => KeyText::Utf8,
+            keyring::KeyEncoding::Hex => KeyText::Hex,
+            keyring::KeyEncoding::Base64 => KeyText::Base64,
+        };
+        self.scope
+            .secrets
+            .hmac(&key_name, hash, text, &data)
+            .map_err(|failure| {
+                let message = failure.to_string();
+                match failure {
+                    KeyringFailure::UnknownKey(_) => keyring::KeyringError::UnknownKey(message),
+                    KeyringFailure::UnusableKey { .. } => {
+                        keyring::KeyringError::UnusableKey(message)
+                    }
+                    KeyringFailure::TooLarge { .. } => keyring::KeyringError::TooLarge(message),
+                }
+            })
     }
 }
 

@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use sluice_adapter_runtime::{
-    AdapterError, ConnectorAccountScope, EventKind, EvidenceSource, FailureCategory, HttpResponse,
-    SandboxLimits, WebhookRejection,
+    AdapterError, ConnectorAccountScope, EventKind, EvidenceSource, HttpResponse, SandboxLimits,
+    WebhookRejection,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,7 +42,17 @@ async fn well_behaved_adapter_builds_requests_parses_responses_and_verifies_webh
             .map(|h| h.value.clone())
     };
     assert_eq!(header("Idempotency-Key").as_deref(), Some("att_1"));
-    assert_eq!(header("Authorization").as_deref(), Some("Bearer sk_a"));
+    // The adapter writes a placeholder; only the host's wire copy carries the key.
+    assert_eq!(
+        header("Authorization").as_deref(),
+        Some("Bearer {{secret:api_key}}")
+    );
+    assert_eq!(
+        acct.secrets
+            .substitute_header("Authorization", &header("Authorization").unwrap())
+            .unwrap(),
+        "Bearer sk_a"
+    );
 
     let events = adapter
         .parse_response(
@@ -380,7 +390,8 @@ async fn secrets_of_one_account_are_invisible_to_a_call_for_another() {
         "{in_b:?}"
     );
 
-    // Interleaved concurrent calls each see only their own account's api key.
+    // Interleaved concurrent calls: each request's placeholder becomes only its own
+    // account's api key.
     let mut tasks = Vec::new();
     for i in 0..40 {
         let adapter = adapter.clone();
@@ -399,22 +410,40 @@ async fn secrets_of_one_account_are_invisible_to_a_call_for_another() {
                 .headers
                 .iter()
                 .find(|h| h.name == "Authorization")
-                .map(|h| h.value.clone());
-            assert_eq!(auth.as_deref(), Some(format!("Bearer {key}").as_str()));
+                .map(|h| h.value.clone())
+                .expect("an Authorization header");
+            let wire = acct
+                .secrets
+                .substitute_header("Authorization", &auth)
+                .unwrap();
+            assert_eq!(wire, format!("Bearer {key}"));
         }));
     }
     for task in tasks {
         task.await.unwrap();
     }
 
-    // An account without secrets sees none at all.
+    // An account without secrets: its request's placeholder cannot be substituted (a
+    // configuration error of the call), and its webhooks verify with nothing.
     let bare = ConnectorAccountScope::new("acct_c").with_config("base_url", "http://127.0.0.1:9");
-    let failure = adapter
+    let request = adapter
         .build_request(&bare, sale_context())
         .await
         .unwrap()
-        .unwrap_err();
-    assert_eq!(failure.category, FailureCategory::Configuration);
+        .unwrap();
+    let auth = &request.headers[0];
+    assert!(bare
+        .secrets
+        .substitute_header(&auth.name, &auth.value)
+        .is_err());
+    let unsigned = adapter
+        .handle_webhook(&bare, signed_webhook("whsec_a", NOW_SECS, &body))
+        .await
+        .unwrap();
+    assert!(
+        matches!(unsigned, Err(WebhookRejection::BadSignature(_))),
+        "{unsigned:?}"
+    );
 }
 
 /// Collects what tracing writes, to look at captured adapter output.

@@ -319,7 +319,7 @@ fn load_dir_loads_and_activates_every_component_and_reports_each_failure() {
 /// The component with every occurrence of its exported interface name rewritten (same
 /// length, so the binary stays well-formed): a build against another contract version.
 fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
-    let from = b"sluice:psp/adapter@0.1.0";
+    let from = b"sluice:psp/adapter@0.2.0";
     let to = format!("sluice:psp/adapter@{version}");
     assert_eq!(to.len(), from.len(), "same-length versions only");
     let mut out = wasm.to_vec();
@@ -339,7 +339,7 @@ fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
 }
 
 #[test]
-fn contract_versions_other_than_0_1_x_are_refused_and_0_1_patches_accepted() {
+fn contract_versions_other_than_0_2_x_are_refused_and_0_2_patches_accepted() {
     let rt = runtime();
     let bytes = adapter_bytes(WELL);
     let future = rt
@@ -350,17 +350,27 @@ fn contract_versions_other_than_0_1_x_are_refused_and_0_1_patches_accepted() {
         "{future:?}"
     );
     let minor = rt
-        .load(WELL, &with_contract_version(&bytes, "0.2.0"), None, true)
+        .load(WELL, &with_contract_version(&bytes, "0.3.0"), None, true)
         .unwrap_err();
     assert!(
         matches!(minor, LoadError::UnsupportedContractVersion(_)),
         "{minor:?}"
     );
+    // A component of the previous contract (it read secrets through `get-secret`) is
+    // refused with a message naming the version this host serves.
+    let previous = rt
+        .load(WELL, &with_contract_version(&bytes, "0.1.0"), None, true)
+        .unwrap_err();
+    let LoadError::UnsupportedContractVersion(message) = &previous else {
+        panic!("expected an unsupported contract version, got {previous:?}");
+    };
+    assert!(message.contains("sluice:psp/adapter@0.1.0"), "{message}");
+    assert!(message.contains("0.2.x"), "{message}");
     assert!(rt.list().is_empty());
 
     let patch = rt
-        .load(WELL, &with_contract_version(&bytes, "0.1.7"), None, true)
-        .expect("a 0.1.x patch release of the contract is compatible");
+        .load(WELL, &with_contract_version(&bytes, "0.2.7"), None, true)
+        .expect("a 0.2.x patch release of the contract is compatible");
     let handle = rt.active(WELL).unwrap();
     assert_eq!(handle.identity().digest, patch.digest);
     let body = payment_succeeded_body("evt_patch");

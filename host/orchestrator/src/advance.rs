@@ -653,6 +653,7 @@ pub(crate) fn attempt_spec(
 ) -> OperationSpec {
     OperationSpec {
         operation,
+        capture_mode: attempt.capture_mode,
         attempt_reference: attempt.reference.clone(),
         action_reference: None,
         psp_payment_reference: attempt.psp_reference.clone(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::metrics;
 
-use sluice_adapter_runtime::{AdapterHandle, ConnectorAccountScope};
+use sluice_adapter_runtime::{AdapterHandle, ConnectorAccountScope, Keyring};
 use sluice_core::PaymentEvent;
 
 use crate::convert::{self, OperationSpec};
@@ -104,9 +104,12 @@ impl CallOutcome {
     }
 }
 
-/// Ask the adapter for the request and check it. `Ok(Err(_))`: the adapter or
-/// the host refused, nothing left. `Err(_)`: the sandbox failed (transient);
-/// nothing left either, and the caller should try again later.
+/// Ask the adapter for the request, check its destination, then substitute the
+/// account's credentials into its placeholders (in that order: a secret is
+/// never written into a request bound for anywhere but the account's
+/// `base_url`). `Ok(Err(_))`: the adapter or the host refused, nothing left.
+/// `Err(_)`: the sandbox failed (transient); nothing left either, and the
+/// caller should try again later.
 pub(crate) async fn prepare(
     connector: &Connector,
     spec: &OperationSpec,
@@ -124,12 +127,48 @@ pub(crate) async fn prepare(
             }))
         }
     };
-    Ok(
-        check_request(&request, connector.base_url()).map_err(|refused| NotSent {
-            code: "request_refused".into(),
-            message: refused.to_string(),
-        }),
-    )
+    let checked = match check_request(&request, connector.base_url()) {
+        Ok(checked) => checked,
+        Err(refused) => {
+            return Ok(Err(NotSent {
+                code: "request_refused".into(),
+                message: refused.to_string(),
+            }))
+        }
+    };
+    Ok(with_credentials(checked, &connector.scope.secrets, spec))
+}
+
+/// The request that goes on the wire: every credential placeholder replaced
+/// with the account's secret. A placeholder naming a secret the account lacks,
+/// or a malformed one, is a configuration error and nothing is sent. So is a
+/// placeholder in merchant-supplied data (order number, metadata, return URL,
+/// token): an adapter copies those into bodies, and the merchant must not be
+/// able to have a credential written into a field the PSP stores or echoes.
+pub(crate) fn with_credentials(
+    mut request: CheckedRequest,
+    keyring: &Keyring,
+    spec: &OperationSpec,
+) -> Result<CheckedRequest, NotSent> {
+    if spec.carries_placeholder() {
+        return Err(NotSent {
+            code: "placeholder_in_merchant_data".into(),
+            message: "the payment's merchant data contains a credential placeholder \
+                      ({{secret:...}} or {{basic:...}}); it is never sent"
+                .into(),
+        });
+    }
+    let refused = |error: sluice_adapter_runtime::PlaceholderError| NotSent {
+        code: "credential_placeholder".into(),
+        message: error.to_string(),
+    };
+    for header in &mut request.headers {
+        header.value = keyring
+            .substitute_header(&header.name, &header.value)
+            .map_err(refused)?;
+    }
+    request.body = keyring.substitute(&request.body).map_err(refused)?;
+    Ok(request)
 }
 
 /// Perform a checked request and let the adapter interpret the answer.
@@ -234,6 +273,7 @@ mod tests {
     fn spec(operation: Operation) -> OperationSpec {
         OperationSpec {
             operation,
+            capture_mode: sluice_core::CaptureMode::Automatic,
             attempt_reference: "pay_1_a1".into(),
             action_reference: None,
             psp_payment_reference: None,
@@ -316,6 +356,67 @@ mod tests {
             interpret(&spec(Operation::Sale), 200, Ok(Ok(vec![bad]))).unknown_code(),
             Some("unusable_answer")
         );
+    }
+
+    fn checked(header: &str, body: &str) -> CheckedRequest {
+        CheckedRequest {
+            method: reqwest::Method::POST,
+            url: reqwest::Url::parse("http://127.0.0.1:1/psp/v1/payments").unwrap(),
+            headers: vec![wit::Header {
+                name: "Authorization".into(),
+                value: header.into(),
+            }],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn keyring() -> Keyring {
+        let mut keyring = Keyring::default();
+        keyring.insert("api_key", "sk_test_wire_only");
+        keyring
+    }
+
+    #[test]
+    fn credentials_are_substituted_in_headers_and_body_of_the_wire_copy() {
+        let wire = with_credentials(
+            checked("Bearer {{secret:api_key}}", "key={{secret:api_key}}&a=1"),
+            &keyring(),
+            &spec(Operation::Sale),
+        )
+        .unwrap();
+        assert_eq!(wire.headers[0].value, "Bearer sk_test_wire_only");
+        assert_eq!(wire.body, b"key=sk_test_wire_only&a=1");
+        // Its debug form, which a log line could carry, shows neither.
+        let printed = format!("{wire:?}");
+        assert!(!printed.contains("sk_test_wire_only"), "{printed}");
+    }
+
+    #[test]
+    fn an_unknown_placeholder_is_a_configuration_error_and_nothing_is_sent() {
+        let refused = with_credentials(
+            checked("Bearer {{secret:password}}", ""),
+            &keyring(),
+            &spec(Operation::Sale),
+        )
+        .unwrap_err();
+        assert_eq!(refused.code, "credential_placeholder");
+        assert!(refused.message.contains("password"));
+    }
+
+    #[test]
+    fn a_placeholder_in_merchant_data_is_never_substituted() {
+        let mut spec = spec(Operation::Sale);
+        spec.metadata = vec![("note".into(), "{{secret:api_key}}".into())];
+        let refused = with_credentials(
+            checked(
+                "Bearer {{secret:api_key}}",
+                r#"{"note":"{{secret:api_key}}"}"#,
+            ),
+            &keyring(),
+            &spec,
+        )
+        .unwrap_err();
+        assert_eq!(refused.code, "placeholder_in_merchant_data");
     }
 
     #[test]

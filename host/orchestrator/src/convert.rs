@@ -15,7 +15,7 @@
 
 use sluice_adapter_runtime as wit;
 use sluice_core::{
-    Currency, EventKind, EvidenceSource, Failure, FailureCategory, Money, PaymentEvent,
+    CaptureMode, Currency, EventKind, EvidenceSource, Failure, FailureCategory, Money, PaymentEvent,
 };
 
 /// Why an adapter's output cannot be taken as a normalised event. The caller
@@ -218,6 +218,9 @@ impl std::fmt::Display for Operation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationSpec {
     pub operation: Operation,
+    /// The capture mode the attempt was created with (a query replaying the
+    /// creation must replay exactly that).
+    pub capture_mode: CaptureMode,
     pub attempt_reference: String,
     pub action_reference: Option<String>,
     pub psp_payment_reference: Option<String>,
@@ -233,6 +236,10 @@ impl OperationSpec {
     pub fn to_wit(&self) -> wit::OperationContext {
         wit::OperationContext {
             operation: self.operation.to_wit(),
+            capture_mode: match self.capture_mode {
+                CaptureMode::Automatic => wit::CaptureMode::Automatic,
+                CaptureMode::Manual => wit::CaptureMode::Manual,
+            },
             attempt_reference: self.attempt_reference.clone(),
             action_reference: self.action_reference.clone(),
             psp_payment_reference: self.psp_payment_reference.clone(),
@@ -243,6 +250,19 @@ impl OperationSpec {
             merchant_order_no: self.merchant_order_no.clone(),
             metadata: self.metadata.clone(),
         }
+    }
+
+    /// Whether a merchant-supplied string of the operation holds a credential
+    /// placeholder (see [`crate::call::with_credentials`]).
+    pub fn carries_placeholder(&self) -> bool {
+        let suspicious = |text: &str| text.contains("{{secret:") || text.contains("{{basic:");
+        suspicious(&self.merchant_order_no)
+            || self.return_url.as_deref().is_some_and(suspicious)
+            || self.payment_method_token.as_deref().is_some_and(suspicious)
+            || self
+                .metadata
+                .iter()
+                .any(|(k, v)| suspicious(k) || suspicious(v))
     }
 
     /// The event the host records when it learned nothing about this
@@ -437,6 +457,7 @@ mod tests {
     fn spec(operation: Operation) -> OperationSpec {
         OperationSpec {
             operation,
+            capture_mode: CaptureMode::Manual,
             attempt_reference: "pay_1_a1".into(),
             action_reference: Some("rfdref_1".into()),
             psp_payment_reference: Some("psp_9".into()),
@@ -453,6 +474,7 @@ mod tests {
     fn an_operation_spec_becomes_the_wit_context_unchanged() {
         let ctx = spec(Operation::Refund).to_wit();
         assert_eq!(ctx.operation, wit::Operation::Refund);
+        assert_eq!(ctx.capture_mode, wit::CaptureMode::Manual);
         assert_eq!(ctx.attempt_reference, "pay_1_a1");
         assert_eq!(ctx.action_reference.as_deref(), Some("rfdref_1"));
         assert_eq!(ctx.amount.amount_minor, 700);

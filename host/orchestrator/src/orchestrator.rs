@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sluice_adapter_runtime::{AdapterRuntime, ConnectorAccountScope};
+use sluice_adapter_runtime::{AdapterRuntime, ConnectorAccountScope, Keyring};
 use sluice_core::{route_event, Aggregate, CaptureMode, PaymentEvent};
 use sluice_store::{
     Applied, ApplyEvent, Clock, DecisionKind, EventTarget, Provenance, Store, StoreError,
@@ -164,7 +164,7 @@ impl Orchestrator {
         let scope = ConnectorAccountScope {
             account_id: credentials.connector_account_id.clone(),
             config: string_map(&credentials.config),
-            secrets: string_map(&credentials.secrets),
+            secrets: keyring(&credentials.secrets),
         };
         let config = &self.inner.config;
         let budget = budget_for(&scope.config, config.psp_timeout, config.max_response_bytes);
@@ -325,6 +325,26 @@ pub(crate) fn string_map(value: &serde_json::Value) -> BTreeMap<String, String> 
         .unwrap_or_default()
 }
 
+/// Connector secrets are a JSON object: a string is one version of the secret; an
+/// array of strings is its valid versions, newest first (a rotation window: the
+/// keyring verifies with each and signs and authenticates with the first). Anything
+/// else is not a usable secret and is left out.
+pub(crate) fn keyring(value: &serde_json::Value) -> Keyring {
+    let mut keyring = Keyring::default();
+    for (name, secret) in value.as_object().into_iter().flatten() {
+        let versions = match secret {
+            serde_json::Value::String(s) => vec![s.clone()],
+            serde_json::Value::Array(items) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            _ => continue,
+        };
+        keyring.insert_versions(name.clone(), versions);
+    }
+    keyring
+}
+
 /// Merchant metadata (a JSON object) as the adapter contract's key/value list.
 pub(crate) fn metadata_pairs(value: &serde_json::Value) -> Vec<(String, String)> {
     string_map(value).into_iter().collect()
@@ -341,6 +361,27 @@ mod tests {
         assert_eq!(map["base_url"], "http://x");
         assert_eq!(map["timeout_ms"], "2500");
         assert!(string_map(&serde_json::json!(["a"])).is_empty());
+    }
+
+    #[test]
+    fn a_secret_is_a_string_or_its_versions_newest_first() {
+        let keyring = keyring(&serde_json::json!({
+            "api_key": "sk_1",
+            "webhook_secret": ["whsec_new", "whsec_old"],
+            "odd": 5,
+        }));
+        assert_eq!(keyring.current("api_key"), Some("sk_1"));
+        assert_eq!(keyring.current("webhook_secret"), Some("whsec_new"));
+        assert!(!keyring.contains("odd"));
+        let macs = keyring
+            .hmac(
+                "webhook_secret",
+                sluice_adapter_runtime::HmacHash::Sha256,
+                sluice_adapter_runtime::KeyText::Utf8,
+                b"x",
+            )
+            .unwrap();
+        assert_eq!(macs.len(), 2);
     }
 
     #[test]

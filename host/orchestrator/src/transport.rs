@@ -76,13 +76,27 @@ pub trait PspTransport: Send + Sync + std::fmt::Debug {
     ) -> Result<HttpResponse, TransportError>;
 }
 
-/// A request whose destination and headers passed [`check_request`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request whose destination and headers passed [`check_request`]. Once the
+/// host substituted the credentials (`call::with_credentials`) it carries
+/// secrets: its `Debug` shows header names and the body's size only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct CheckedRequest {
     pub method: reqwest::Method,
     pub url: Url,
     pub headers: Vec<Header>,
     pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for CheckedRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|h| h.name.as_str()).collect();
+        f.debug_struct("CheckedRequest")
+            .field("method", &self.method)
+            .field("url", &self.url.as_str())
+            .field("header_names", &names)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
 }
 
 /// Headers the transport owns; an adapter may not set them.

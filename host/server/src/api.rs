@@ -146,6 +146,7 @@ pub fn capability_name(capability: Capability) -> &'static str {
         Capability::QueryPayment => "query-payment",
         Capability::QueryRefund => "query-refund",
         Capability::Webhooks => "webhooks",
+        Capability::SettlementReports => "settlement-reports",
     }
 }
 

@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use sluice_adapter_adyen::bindings::sluice::psp::host::LogLevel;
+use sluice_adapter_adyen::host::{HmacAlgorithm, KeyEncoding, KeyringError};
 use sluice_adapter_adyen::types::{
-    EventKind, EvidenceSource, Failure, FailureCategory, HttpResponse, Money, Operation,
-    OperationContext, PaymentEvent,
+    CaptureMode, EventKind, EvidenceSource, Failure, FailureCategory, HttpRequest, HttpResponse,
+    Money, Operation, OperationContext, PaymentEvent,
 };
 use sluice_adapter_adyen::Host;
+use sluice_adapter_runtime::Keyring;
 
 pub const ATTEMPT: &str = "att_7f3c2a";
 pub const PSP: &str = "X7K2M9Q4R8T6W3Z1";
@@ -23,6 +25,8 @@ pub const HMAC_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48
 pub struct TestHost {
     pub config: BTreeMap<String, String>,
     pub secrets: BTreeMap<String, String>,
+    /// Older, still valid versions of a secret (a rotation window).
+    pub previous: BTreeMap<String, String>,
     pub logs: RefCell<Vec<String>>,
 }
 
@@ -32,6 +36,7 @@ impl TestHost {
         let mut host = TestHost {
             config: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            previous: BTreeMap::new(),
             logs: RefCell::new(Vec::new()),
         };
         host.config
@@ -46,6 +51,19 @@ impl TestHost {
 
     pub fn without_config(mut self, key: &str) -> Self {
         self.config.remove(key);
+        self
+    }
+
+    pub fn with_config(mut self, key: &str, value: &str) -> Self {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// The current secret `key` becomes `value`; the old one stays valid (rotation).
+    pub fn rotated(mut self, key: &str, value: &str) -> Self {
+        if let Some(old) = self.secrets.insert(key.into(), value.into()) {
+            self.previous.insert(key.into(), old);
+        }
         self
     }
 
@@ -65,8 +83,14 @@ impl Host for TestHost {
         self.config.get(key).cloned()
     }
 
-    fn secret(&self, key: &str) -> Option<String> {
-        self.secrets.get(key).cloned()
+    fn hmac(
+        &self,
+        key: &str,
+        algorithm: HmacAlgorithm,
+        encoding: KeyEncoding,
+        data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, KeyringError> {
+        keyring_hmac(&self.keyring(), key, algorithm, encoding, data)
     }
 
     fn now_unix_millis(&self) -> i64 {
@@ -76,6 +100,64 @@ impl Host for TestHost {
     fn log(&self, _level: LogLevel, message: &str) {
         self.logs.borrow_mut().push(message.to_string());
     }
+}
+
+impl TestHost {
+    /// The host's own keyring over this host's secrets: the test keyring.
+    pub fn keyring(&self) -> Keyring {
+        let mut keyring = Keyring::default();
+        for (name, value) in &self.secrets {
+            let mut versions = vec![value.clone()];
+            versions.extend(self.previous.get(name).cloned());
+            keyring.insert_versions(name.clone(), versions);
+        }
+        keyring
+    }
+}
+
+/// `keyring.hmac` as the host serves it to the component.
+pub fn keyring_hmac(
+    keyring: &Keyring,
+    key: &str,
+    algorithm: HmacAlgorithm,
+    encoding: KeyEncoding,
+    data: &[u8],
+) -> Result<Vec<Vec<u8>>, KeyringError> {
+    let hash = match algorithm {
+        HmacAlgorithm::Sha256 => sluice_adapter_runtime::HmacHash::Sha256,
+        HmacAlgorithm::Sha512 => sluice_adapter_runtime::HmacHash::Sha512,
+    };
+    let text = match encoding {
+        KeyEncoding::Utf8 => sluice_adapter_runtime::KeyText::Utf8,
+        KeyEncoding::Hex => sluice_adapter_runtime::KeyText::Hex,
+        KeyEncoding::Base64 => sluice_adapter_runtime::KeyText::Base64,
+    };
+    keyring.hmac(key, hash, text, data).map_err(|e| match e {
+        sluice_adapter_runtime::KeyringFailure::UnknownKey(_) => {
+            KeyringError::UnknownKey(e.to_string())
+        }
+        sluice_adapter_runtime::KeyringFailure::UnusableKey { .. } => {
+            KeyringError::UnusableKey(e.to_string())
+        }
+        sluice_adapter_runtime::KeyringFailure::TooLarge { .. } => {
+            KeyringError::TooLarge(e.to_string())
+        }
+    })
+}
+
+/// What the host does to a built request before sending it: substitute the
+/// credential placeholders with this host's secrets.
+pub fn substituted(keyring: &Keyring, request: &HttpRequest) -> HttpRequest {
+    let mut wire = request.clone();
+    for header in &mut wire.headers {
+        header.value = keyring
+            .substitute_header(&header.name, &header.value)
+            .expect("placeholders substitute");
+    }
+    wire.body = keyring
+        .substitute(&wire.body)
+        .expect("placeholders substitute");
+    wire
 }
 
 pub fn fixture(relative: &str) -> Vec<u8> {
@@ -109,8 +191,13 @@ pub fn ctx(operation: Operation) -> OperationContext {
         Operation::Void => (2000, None, Some(PSP)),
         Operation::Refund | Operation::QueryRefund => (500, Some("rf_55d1"), Some(PSP)),
     };
+    let capture_mode = match operation {
+        Operation::Authorize | Operation::Capture | Operation::Void => CaptureMode::Manual,
+        _ => CaptureMode::Automatic,
+    };
     OperationContext {
         operation,
+        capture_mode,
         attempt_reference: ATTEMPT.into(),
         action_reference: action.map(String::from),
         psp_payment_reference: psp.map(String::from),

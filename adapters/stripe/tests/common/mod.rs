@@ -5,10 +5,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use sluice_adapter_runtime::Keyring;
 use sluice_adapter_stripe::bindings::sluice::psp::host::LogLevel;
+use sluice_adapter_stripe::host::{HmacAlgorithm, KeyEncoding, KeyringError};
 use sluice_adapter_stripe::types::{
-    EventKind, EvidenceSource, Failure, FailureCategory, HttpResponse, Money, Operation,
-    OperationContext, PaymentEvent,
+    CaptureMode, EventKind, EvidenceSource, Failure, FailureCategory, HttpRequest, HttpResponse,
+    Money, Operation, OperationContext, PaymentEvent,
 };
 use sluice_adapter_stripe::Host;
 
@@ -24,6 +26,8 @@ pub const NOW_SECONDS: i64 = 1_733_011_200;
 pub struct TestHost {
     pub config: BTreeMap<String, String>,
     pub secrets: BTreeMap<String, String>,
+    /// Older, still valid versions of a secret (a rotation window).
+    pub previous: BTreeMap<String, String>,
     pub now_millis: i64,
     pub logs: RefCell<Vec<String>>,
 }
@@ -34,6 +38,7 @@ impl TestHost {
         let mut host = TestHost {
             config: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            previous: BTreeMap::new(),
             now_millis: NOW_SECONDS * 1000 + 250,
             logs: RefCell::new(Vec::new()),
         };
@@ -47,6 +52,19 @@ impl TestHost {
 
     pub fn without_config(mut self, key: &str) -> Self {
         self.config.remove(key);
+        self
+    }
+
+    /// The current secret `key` becomes `value`; the old one stays valid (rotation).
+    pub fn rotated(mut self, key: &str, value: &str) -> Self {
+        if let Some(old) = self.secrets.insert(key.into(), value.into()) {
+            self.previous.insert(key.into(), old);
+        }
+        self
+    }
+
+    pub fn with_secret_value(mut self, key: &str, value: &str) -> Self {
+        self.secrets.insert(key.into(), value.into());
         self
     }
 
@@ -66,8 +84,14 @@ impl Host for TestHost {
         self.config.get(key).cloned()
     }
 
-    fn secret(&self, key: &str) -> Option<String> {
-        self.secrets.get(key).cloned()
+    fn hmac(
+        &self,
+        key: &str,
+        algorithm: HmacAlgorithm,
+        encoding: KeyEncoding,
+        data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, KeyringError> {
+        keyring_hmac(&self.keyring(), key, algorithm, encoding, data)
     }
 
     fn now_unix_millis(&self) -> i64 {
@@ -77,6 +101,64 @@ impl Host for TestHost {
     fn log(&self, _level: LogLevel, message: &str) {
         self.logs.borrow_mut().push(message.to_string());
     }
+}
+
+impl TestHost {
+    /// The host's own keyring over this host's secrets: the test keyring.
+    pub fn keyring(&self) -> Keyring {
+        let mut keyring = Keyring::default();
+        for (name, value) in &self.secrets {
+            let mut versions = vec![value.clone()];
+            versions.extend(self.previous.get(name).cloned());
+            keyring.insert_versions(name.clone(), versions);
+        }
+        keyring
+    }
+}
+
+/// `keyring.hmac` as the host serves it to the component.
+pub fn keyring_hmac(
+    keyring: &Keyring,
+    key: &str,
+    algorithm: HmacAlgorithm,
+    encoding: KeyEncoding,
+    data: &[u8],
+) -> Result<Vec<Vec<u8>>, KeyringError> {
+    let hash = match algorithm {
+        HmacAlgorithm::Sha256 => sluice_adapter_runtime::HmacHash::Sha256,
+        HmacAlgorithm::Sha512 => sluice_adapter_runtime::HmacHash::Sha512,
+    };
+    let text = match encoding {
+        KeyEncoding::Utf8 => sluice_adapter_runtime::KeyText::Utf8,
+        KeyEncoding::Hex => sluice_adapter_runtime::KeyText::Hex,
+        KeyEncoding::Base64 => sluice_adapter_runtime::KeyText::Base64,
+    };
+    keyring.hmac(key, hash, text, data).map_err(|e| match e {
+        sluice_adapter_runtime::KeyringFailure::UnknownKey(_) => {
+            KeyringError::UnknownKey(e.to_string())
+        }
+        sluice_adapter_runtime::KeyringFailure::UnusableKey { .. } => {
+            KeyringError::UnusableKey(e.to_string())
+        }
+        sluice_adapter_runtime::KeyringFailure::TooLarge { .. } => {
+            KeyringError::TooLarge(e.to_string())
+        }
+    })
+}
+
+/// What the host does to a built request before sending it: substitute the
+/// credential placeholders with this host's secrets.
+pub fn substituted(keyring: &Keyring, request: &HttpRequest) -> HttpRequest {
+    let mut wire = request.clone();
+    for header in &mut wire.headers {
+        header.value = keyring
+            .substitute_header(&header.name, &header.value)
+            .expect("placeholders substitute");
+    }
+    wire.body = keyring
+        .substitute(&wire.body)
+        .expect("placeholders substitute");
+    wire
 }
 
 pub fn fixture(relative: &str) -> Vec<u8> {
@@ -111,8 +193,13 @@ pub fn ctx(operation: Operation) -> OperationContext {
         Operation::Refund => (500, Some("rf_55d1"), Some(PI), None),
         Operation::QueryRefund => (500, Some("rf_55d1"), Some(PI), Some(REFUND)),
     };
+    let capture_mode = match operation {
+        Operation::Authorize | Operation::Capture | Operation::Void => CaptureMode::Manual,
+        _ => CaptureMode::Automatic,
+    };
     OperationContext {
         operation,
+        capture_mode,
         attempt_reference: ATTEMPT.into(),
         action_reference: action.map(String::from),
         psp_payment_reference: pi.map(String::from),

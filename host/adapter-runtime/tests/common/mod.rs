@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use sluice_adapter_runtime::{
-    AdapterRuntime, ConnectorAccountScope, Header, Money, Operation, OperationContext,
+    AdapterRuntime, CaptureMode, ConnectorAccountScope, Header, Money, Operation, OperationContext,
     RuntimeConfig, SandboxLimits, WebhookRequest,
 };
 use std::path::PathBuf;
@@ -111,6 +111,7 @@ pub fn payment_succeeded_body(event_id: &str) -> Vec<u8> {
 pub fn sale_context() -> OperationContext {
     OperationContext {
         operation: Operation::Sale,
+        capture_mode: CaptureMode::Automatic,
         attempt_reference: "att_1".into(),
         action_reference: None,
         psp_payment_reference: None,

@@ -1,0 +1,12 @@
+//! `sluice-adapter-kit`: plain-Rust helpers the adapters share for reading PSP settlement
+//! reports. No IO, no clock, no dependency on the host: it compiles into every adapter's
+//! `wasm32-wasip2` component as it compiles natively for the golden tests.
+//!
+//! - [`csv`]: RFC 4180 CSV with a header row, read by column name;
+//! - [`amount`]: decimal amounts in major units (`"12.34"`) → integer minor units, by the
+//!   currency's ISO 4217 exponent;
+//! - [`time`]: report timestamps (`"2013-06-03 11:26:49"` plus a zone) → Unix millis.
+
+pub mod amount;
+pub mod csv;
+pub mod time;
