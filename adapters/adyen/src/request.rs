@@ -1,10 +1,12 @@
 //! Operation context → the Adyen Checkout request (see `docs/psp-wire-subsets.md`).
 //!
 //! Adyen's Checkout API has no lookup of a payment or a refund. A query is therefore the
-//! original request replayed with the original `Idempotency-Key`: Adyen returns the
-//! response of the first request and never performs it twice. Adyen's keys are unique
-//! per company account across endpoints, so the void uses its own key
-//! (`<attempt reference>:void`), and keys are at most 64 characters.
+//! original request replayed, byte for byte, with the original `Idempotency-Key`: Adyen
+//! returns the response of the first request and never performs it twice, and when the
+//! first request never reached Adyen the replay is that very request (a sale stays a
+//! sale, an authorization an authorization: the context's `capture-mode` says which).
+//! Adyen's keys are unique per company account across endpoints, so the void uses its
+//! own key (`<attempt reference>:void`), and keys are at most 64 characters.
 //!
 //! The API key is the placeholder `{{secret:api_key}}` in `X-API-Key`: the host
 //! substitutes it after its destination check.
@@ -14,7 +16,7 @@ use crate::host::{
 };
 use crate::model::{AdditionalData, Amount, ModificationRequest, PaymentMethod, PaymentRequest};
 use crate::types::{
-    Failure, FailureCategory, Header, HttpRequest, Money, Operation, OperationContext,
+    CaptureMode, Failure, FailureCategory, Header, HttpRequest, Money, Operation, OperationContext,
 };
 
 /// The Checkout API version in every path.
@@ -57,12 +59,17 @@ fn plan(
     let attempt = non_empty(&ctx.attempt_reference, "attempt_reference")?;
     match ctx.operation {
         Operation::Authorize => payment(ctx, merchant_account, attempt, true),
-        // The query replays the creation. The context does not say whether the payment
-        // was an authorize or a sale; Adyen answers a known key with the stored response
-        // whatever the body, and for a key it never saw, an authorization (which can be
-        // voided) is the harmless reading, never a capture the merchant did not ask for.
-        Operation::QueryPayment => payment(ctx, merchant_account, attempt, true),
         Operation::Sale => payment(ctx, merchant_account, attempt, false),
+        // The query replays the creation exactly as it was sent, with the attempt's own
+        // capture mode: Adyen answers a known key with the stored response, and a key it
+        // never saw gets the very payment the merchant asked for, never an authorization
+        // left open in place of a sale (or a capture in place of an authorization).
+        Operation::QueryPayment => payment(
+            ctx,
+            merchant_account,
+            attempt,
+            ctx.capture_mode == CaptureMode::Manual,
+        ),
         Operation::Capture => {
             let reference = action_reference(ctx)?;
             modification(

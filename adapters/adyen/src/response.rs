@@ -7,17 +7,18 @@
 //!
 //! | `resultCode` | authorize | sale | query-payment |
 //! |---|---|---|---|
-//! | `Authorised` | `payment-authorized` | `payment-succeeded` | `payment-authorized` (see below) |
+//! | `Authorised` | `payment-authorized` | `payment-succeeded` | as the original: by the context's `capture-mode` (see below) |
 //! | `Refused` | `payment-failed`, declined, code `refusalReasonCode` (else `refusalReason`) | same | same |
 //! | `Pending`, `Received` | `payment-processing` | same | same |
 //! | `RedirectShopper`, `IdentifyShopper`, `ChallengeShopper` | `customer-action-required` (`action.url` when given) | same | same |
 //! | `Cancelled` | `payment-canceled` | same | same |
 //! | `Error`, anything else | `result-unknown` (unknown) | same | same |
 //!
-//! A query replays the original request and gets the original answer, which does not say
-//! whether the payment was captured automatically; `Authorised` is then reported as the
-//! fact it certainly is, `payment-authorized`. For a sale, the `CAPTURE` notification
-//! reports the capture.
+//! A query replays the original request (with the attempt's capture mode, see
+//! [`crate::request`]) and gets the original answer, so `Authorised` means what it meant
+//! for the original: `payment-succeeded` for an automatic-capture attempt (a sale),
+//! `payment-authorized` for a manual one. The `CAPTURE` notification of a sale confirms
+//! the capture.
 //!
 //! | modification answer `received` | event |
 //! |---|---|
@@ -30,8 +31,8 @@ use serde::de::DeserializeOwned;
 use crate::events::{event, failure, money};
 use crate::model::{Amount, ModificationResponse, PaymentResponse, ServiceError};
 use crate::types::{
-    EventKind, EvidenceSource, Failure, FailureCategory, HttpResponse, Money, Operation,
-    OperationContext, PaymentEvent,
+    CaptureMode, EventKind, EvidenceSource, Failure, FailureCategory, HttpResponse, Money,
+    Operation, OperationContext, PaymentEvent,
 };
 
 /// Adyen's error code for "request already processed or in progress" (idempotency).
@@ -74,10 +75,16 @@ pub fn evidence_for(operation: Operation) -> EvidenceSource {
     }
 }
 
+/// A sale, or the query replaying one.
+fn is_sale(ctx: &OperationContext) -> bool {
+    ctx.operation == Operation::Sale
+        || (ctx.operation == Operation::QueryPayment && ctx.capture_mode == CaptureMode::Automatic)
+}
+
 fn payment_event(ctx: &OperationContext, answer: &PaymentResponse) -> PaymentEvent {
     let code = answer.result_code.as_str();
     let kind = match code {
-        "Authorised" if ctx.operation == Operation::Sale => EventKind::PaymentSucceeded,
+        "Authorised" if is_sale(ctx) => EventKind::PaymentSucceeded,
         "Authorised" => EventKind::PaymentAuthorized,
         "Refused" => EventKind::PaymentFailed,
         "Pending" | "Received" => EventKind::PaymentProcessing,

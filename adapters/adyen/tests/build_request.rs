@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use sluice_adapter_adyen::request::build_request;
 use sluice_adapter_adyen::types::{
-    FailureCategory, Header, HttpRequest, Operation, OperationContext,
+    CaptureMode, FailureCategory, Header, HttpRequest, Operation, OperationContext,
 };
 
 const BASE: &str = "http://127.0.0.1:9000/adyen";
@@ -102,11 +102,24 @@ fn sale_posts_the_same_payment_without_manual_capture() {
 }
 
 #[test]
-fn query_payment_replays_the_authorization_with_the_attempts_key() {
+fn query_payment_replays_the_original_request_with_the_attempts_capture_mode() {
+    // A manual-capture attempt: the query is the authorization, byte for byte.
+    let mut manual = ctx(Operation::QueryPayment);
+    manual.capture_mode = CaptureMode::Manual;
     assert_eq!(
-        build(Operation::QueryPayment),
+        wire(&manual),
         post("/v71/payments", ATTEMPT, AUTHORIZE_BODY)
     );
+    let mut authorize = ctx(Operation::Authorize);
+    authorize.capture_mode = CaptureMode::Manual;
+    assert_eq!(wire(&manual).body, wire(&authorize).body);
+    // An automatic-capture attempt: the query is the sale, never an authorization
+    // (which would leave the customer's funds held if the sale never reached Adyen).
+    let automatic = ctx(Operation::QueryPayment);
+    assert_eq!(automatic.capture_mode, CaptureMode::Automatic);
+    let sale = ctx(Operation::Sale);
+    assert_eq!(wire(&automatic).body, wire(&sale).body);
+    assert!(!String::from_utf8_lossy(&wire(&automatic).body).contains("manualCapture"));
 }
 
 #[test]

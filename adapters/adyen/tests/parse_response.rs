@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use sluice_adapter_adyen::response::parse_response;
 use sluice_adapter_adyen::types::{
-    EventKind, EvidenceSource, FailureCategory, Header, Operation, OperationContext, PaymentEvent,
+    CaptureMode, EventKind, EvidenceSource, FailureCategory, Header, Operation, OperationContext,
+    PaymentEvent,
 };
 
 use EventKind as K;
@@ -74,16 +75,21 @@ fn authorised_after_a_sale_is_payment_succeeded() {
 }
 
 #[test]
-fn authorised_in_a_query_is_reported_as_authorized_with_query_evidence() {
-    let mut expected = payment(K::PaymentAuthorized, Query, "Authorised");
-    expected.amount = Some(eur(2000));
+fn authorised_in_a_query_means_what_it_meant_for_the_attempts_capture_mode() {
+    let answer = response(200, "responses/payment_authorised.json");
+    let mut manual = ctx(Operation::QueryPayment);
+    manual.capture_mode = CaptureMode::Manual;
+    let mut authorized = payment(K::PaymentAuthorized, Query, "Authorised");
+    authorized.amount = Some(eur(2000));
+    assert_eq!(parse_response(&manual, &answer).unwrap(), vec![authorized]);
+    // The replayed answer of a sale: the sale succeeded.
+    let automatic = ctx(Operation::QueryPayment);
+    assert_eq!(automatic.capture_mode, CaptureMode::Automatic);
+    let mut succeeded = payment(K::PaymentSucceeded, Query, "Authorised");
+    succeeded.amount = Some(eur(2000));
     assert_eq!(
-        parse(
-            Operation::QueryPayment,
-            200,
-            "responses/payment_authorised.json"
-        ),
-        vec![expected]
+        parse_response(&automatic, &answer).unwrap(),
+        vec![succeeded]
     );
 }
 

@@ -329,16 +329,17 @@ async fn a_sale_succeeds_and_is_confirmed_by_authorisation_then_capture() {
     );
     assert_eq!(events[1].psp_payment_reference, sale.psp_reference);
 
-    // Known gap (see the wire doc): a query cannot know the original was a sale, replays
-    // the authorization's body, and the sandbox refuses the other body under the same key.
+    // The query replays the sale exactly (the context carries the capture mode), so the
+    // sandbox answers with the stored answer: the sale succeeded, charged once.
     let query = call(
         &account,
         &context(Operation::QueryPayment, "att_adyen_s", "pm_card_visa", 2000),
     )
     .await;
-    assert_eq!(query.kind, EventKind::ResultUnknown);
-    assert_eq!(query.failure.unwrap().category, FailureCategory::Conflict);
+    assert_eq!(query.kind, EventKind::PaymentSucceeded, "{query:?}");
+    assert_eq!(query.psp_reference, sale.psp_reference);
     assert_eq!(sandbox.charge_count("att_adyen_s"), 1);
+    assert_eq!(sandbox.payment_count("att_adyen_s"), 1);
     sandbox.shutdown().await.unwrap();
 }
 

@@ -257,3 +257,72 @@ e2e_test! {
         assert_eq!(again, AttemptState::Canceled);
     }
 }
+
+/// Issue 11 §3: the Adyen-format query replays the creation; it used to replay it with
+/// `manualCapture=true` whatever the attempt's capture mode, so a sale that never reached
+/// the PSP was executed by its "query" as an authorization and left the customer's funds
+/// held with the attempt AUTHORIZED forever. The query now replays exactly the sale.
+mod a_query_of_a_lost_sale_replays_the_sale_and_never_authorizes_only {
+    use super::*;
+    use crate::common::sandbox::{E2e, Psp};
+    use crate::common::TestDb;
+    use sluice_core::AttemptState;
+
+    async fn run(e2e: E2e) {
+        e2e.webhooks_off();
+        e2e.transport.lose_next_creation();
+        let view = e2e
+            .create(
+                "e2e-lost-sale",
+                2100,
+                CaptureMode::Automatic,
+                "pm_card_visa",
+            )
+            .await;
+        let attempt = view.details.attempts[0].clone();
+        assert_eq!(attempt.state, AttemptState::Unknown, "{attempt:?}");
+        assert_eq!(
+            e2e.sandbox.payment_count(&attempt.reference),
+            0,
+            "the sale never reached the PSP"
+        );
+
+        // The recovery scanner queries with the original reference.
+        let attempt = eventually(CONVERGE, "the attempt to converge", || async {
+            e2e.orch
+                .advance(Target::Attempt(attempt.id.clone()), Trigger::Scanner)
+                .await
+                .expect("advance");
+            let now = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
+            now.state.is_terminal().then_some(now)
+        })
+        .await;
+        assert_eq!(attempt.state, AttemptState::Succeeded);
+
+        // At the PSP: one payment, captured, never an authorization waiting for a
+        // capture nobody will send.
+        let payments: Vec<_> = e2e
+            .sandbox
+            .payments()
+            .into_iter()
+            .filter(|p| p.reference == attempt.reference)
+            .collect();
+        assert_eq!(payments.len(), 1, "{payments:?}");
+        assert!(!payments[0].manual_capture, "{:?}", payments[0]);
+        assert_eq!(payments[0].amount_capturable, 0, "{:?}", payments[0]);
+        assert_eq!(payments[0].amount_received, 2100, "{:?}", payments[0]);
+        assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 1);
+        let view = e2e.view(&view.details.order.id).await;
+        assert_eq!(view.status, ClientStatus::Succeeded);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn adyen_on_sqlite() {
+        run(E2e::start(TestDb::sqlite().await, Psp::Adyen).await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn adyen_on_postgres() {
+        run(E2e::start(TestDb::postgres().await, Psp::Adyen).await).await;
+    }
+}

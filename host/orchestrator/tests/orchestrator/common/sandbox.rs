@@ -3,8 +3,11 @@
 //! HTTP layer does with each `WebhookOutcome`), and the inbox processor
 //! running in the background.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -12,8 +15,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use sluice_adapter_runtime::{Header, WebhookRequest};
+use sluice_adapter_runtime::{Header, HttpResponse, WebhookRequest};
 use sluice_core::CaptureMode;
+use sluice_orchestrator::transport::{CallBudget, CheckedRequest, PspTransport, TransportError};
 use sluice_orchestrator::{
     ConfirmOptions, CreatePayment, Orchestrator, OrchestratorConfig, PaymentView, ReqwestTransport,
     WebhookOutcome,
@@ -101,10 +105,45 @@ macro_rules! e2e_test {
     };
 }
 
+/// The real transport, which can lose the next payment creation before it leaves
+/// the host (a network that never delivered it): the host learns nothing, the PSP
+/// never saw the request.
+#[derive(Debug)]
+pub struct LosableTransport {
+    inner: ReqwestTransport,
+    lose_next_creation: AtomicBool,
+}
+
+impl LosableTransport {
+    pub fn lose_next_creation(&self) {
+        self.lose_next_creation.store(true, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl PspTransport for LosableTransport {
+    async fn send(
+        &self,
+        request: &CheckedRequest,
+        budget: &CallBudget,
+    ) -> Result<HttpResponse, TransportError> {
+        let path = request.url.path();
+        let creation = request.method == reqwest::Method::POST
+            && (path.ends_with("/payments") || path.ends_with("/v1/payment_intents"));
+        if creation && self.lose_next_creation.swap(false, Ordering::SeqCst) {
+            return Err(TransportError::Connect(
+                "lost by the test before it left the host".into(),
+            ));
+        }
+        self.inner.send(request, budget).await
+    }
+}
+
 pub struct E2e {
     pub db: TestDb,
     pub psp: Psp,
     pub sandbox: SandboxHandle,
+    pub transport: Arc<LosableTransport>,
     pub orch: Orchestrator,
     pub merchant: Merchant,
     pub account: ConnectorAccount,
@@ -172,9 +211,18 @@ impl E2e {
             })
             .await
             .expect("connector account");
-        let transport = Arc::new(ReqwestTransport::new().expect("transport"));
+        let transport = Arc::new(LosableTransport {
+            inner: ReqwestTransport::new().expect("transport"),
+            lose_next_creation: AtomicBool::new(false),
+        });
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let orch = Orchestrator::new(db.store.clone(), runtime, transport, clock, e2e_config());
+        let orch = Orchestrator::new(
+            db.store.clone(),
+            runtime,
+            transport.clone(),
+            clock,
+            e2e_config(),
+        );
         let gateway_url = serve_webhooks(orch.clone()).await;
         let (stop, stopped) = watch::channel(false);
         let processor = orch.clone();
@@ -183,6 +231,7 @@ impl E2e {
             db,
             psp,
             sandbox,
+            transport,
             orch,
             merchant,
             account,
