@@ -3,6 +3,7 @@
 
 mod common;
 
+mod exfiltration;
 mod money;
 mod payments;
 mod sandbox_e2e;
