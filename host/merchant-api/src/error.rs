@@ -276,6 +276,11 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
         OrchestratorError::NotFound { entity, id } => {
             ApiError::not_found("resource_missing", format!("no such {entity}: {id}"))
         }
+        // Another tenant's aggregate: indistinguishable from a missing one,
+        // so references cannot be probed across accounts.
+        OrchestratorError::OutOfScope(_) => {
+            ApiError::not_found("resource_missing", "no such resource in this account")
+        }
         OrchestratorError::Conflict(_) => ApiError::conflict("conflict", message),
         OrchestratorError::AttemptInFlight { .. } => {
             ApiError::conflict("attempt_in_flight", message)

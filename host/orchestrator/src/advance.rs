@@ -582,7 +582,9 @@ impl Orchestrator {
     ) -> Result<Action, OrchestratorError> {
         let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
         let unknown = outcome.unknown_code().map(str::to_owned);
-        let applied = self.apply_outcome(own, spec, outcome, provenance).await?;
+        let applied = self
+            .apply_outcome(connector, own, spec, outcome, provenance)
+            .await?;
         Ok(Action::Sent {
             operation: spec.operation,
             unknown,
@@ -607,7 +609,9 @@ impl Orchestrator {
         let provenance = Self::provenance(connector, trigger);
         let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, &request).await;
         let unknown = outcome.unknown_code().map(str::to_owned);
-        let applied = self.apply_outcome(own, spec, outcome, &provenance).await?;
+        let applied = self
+            .apply_outcome(connector, own, spec, outcome, &provenance)
+            .await?;
         Ok(Action::Queried {
             operation: spec.operation,
             unknown,

@@ -304,7 +304,7 @@ impl Orchestrator {
                             .await;
                     let unknown = outcome.unknown_code().map(str::to_owned);
                     let applied = this
-                        .apply_outcome(&own, &spec, outcome, &provenance)
+                        .apply_outcome(&connector, &own, &spec, outcome, &provenance)
                         .await?;
                     Ok(Action::Sent {
                         operation: Operation::Void,
@@ -365,7 +365,7 @@ impl Orchestrator {
             tracing::info!(payment_id, attempt_id, adapter = %attempt.adapter, code,
                 "cancel of an expired customer step has no answer yet; the next scan resends it");
         }
-        self.apply_outcome(&own, &spec, outcome, &provenance)
+        self.apply_outcome(&connector, &own, &spec, outcome, &provenance)
             .await?;
         Ok(self.store().get_attempt(attempt_id).await?.state)
     }

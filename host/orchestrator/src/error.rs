@@ -12,6 +12,11 @@ pub enum OrchestratorError {
     #[error("{entity} not found: {id}")]
     NotFound { entity: &'static str, id: String },
 
+    /// The event names an aggregate of another connector account than the
+    /// one it came through (the tenant boundary); refused, kept as evidence.
+    #[error("{0}")]
+    OutOfScope(String),
+
     /// The request conflicts with what exists (e.g. a merchant order number
     /// reused with different parameters).
     #[error("conflict: {0}")]
@@ -72,7 +77,7 @@ impl OrchestratorError {
     /// The HTTP status class the API layer should answer with.
     pub fn http_status(&self) -> u16 {
         match self {
-            OrchestratorError::NotFound { .. } => 404,
+            OrchestratorError::NotFound { .. } | OrchestratorError::OutOfScope(_) => 404,
             OrchestratorError::Conflict(_)
             | OrchestratorError::AttemptInFlight { .. }
             | OrchestratorError::InvalidState(_)

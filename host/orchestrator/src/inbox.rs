@@ -10,9 +10,9 @@
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use sluice_core::PaymentEvent;
 use sluice_store::{
-    AdapterIdentity, Applied, ApplyEvent, DecisionKind, EventTarget, InboxEntry, Provenance,
+    AccountScope, AdapterIdentity, Applied, ApplyEvent, DecisionKind, EventTarget, InboxEntry,
+    Provenance,
 };
 
 use crate::config::millis;
@@ -192,7 +192,6 @@ impl Orchestrator {
         payload: &InboxPayload,
         actor: &str,
     ) -> Result<Applied, Failure> {
-        self.check_account(entry, &payload.event).await?;
         let provenance = Provenance {
             adapter: Some(AdapterIdentity {
                 name: entry.adapter.clone(),
@@ -203,8 +202,10 @@ impl Orchestrator {
             trace_id: None,
         };
         let input = ApplyEvent {
+            // The tenant boundary: the event was verified with this
+            // account's secrets, so it may only touch this account's aggregates.
             target: EventTarget::FromEvent {
-                adapter: entry.adapter.clone(),
+                scope: AccountScope::new(&entry.connector_account_id, &entry.adapter),
             },
             event: payload.event.clone(),
             provenance,
@@ -220,39 +221,6 @@ impl Orchestrator {
             | OrchestratorError::Store(_) => Failure::Retry(error.to_string()),
             other => Failure::Poison(other.to_string()),
         })
-    }
-
-    /// An event verified with one connector account's secret may only move
-    /// that account's payments. Checked on the references the event names;
-    /// an aggregate not found yet is left to the door (and retried).
-    async fn check_account(&self, entry: &InboxEntry, event: &PaymentEvent) -> Result<(), Failure> {
-        let mut attempt_ids = Vec::new();
-        if let Some(reference) = &event.attempt_reference {
-            if let Ok(attempt) = self.store().get_attempt_by_reference(reference).await {
-                attempt_ids.push(attempt.id);
-            }
-        }
-        if let Some(reference) = &event.action_reference {
-            if let Ok(refund) = self.store().get_refund_by_reference(reference).await {
-                attempt_ids.push(refund.attempt_id);
-            } else if let Ok(capture) = self.store().get_capture_by_reference(reference).await {
-                attempt_ids.push(capture.attempt_id);
-            }
-        }
-        for attempt_id in attempt_ids {
-            let attempt = self
-                .store()
-                .get_attempt(&attempt_id)
-                .await
-                .map_err(|e| Failure::Retry(e.to_string()))?;
-            if attempt.connector_account_id != entry.connector_account_id {
-                return Err(Failure::Poison(format!(
-                    "the event names attempt {} of another connector account",
-                    attempt.id
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// A webhook is a wake-up call (seed 000 §6): if the aggregate is still

@@ -5,7 +5,8 @@
 //! `answered` (the adapter interpreted the answer) or `unknown` (timeout,
 //! connection error, 5xx, garbage: the payment's outcome is UNKNOWN), and
 //! `reason` the HTTP status class or the transport error code.
-//! [`register_metrics`] adds them to the server's registry.
+//! `sluice_tenant_scope_refusals_total{adapter,source}` counts events refused
+//! at the tenant boundary. [`register_metrics`] adds them to the server's registry.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 struct PspMetrics {
     duration: HistogramVec,
     calls: IntCounterVec,
+    scope_refusals: IntCounterVec,
 }
 
 fn metrics() -> Option<&'static PspMetrics> {
@@ -41,7 +43,21 @@ fn metrics() -> Option<&'static PspMetrics> {
                 &["adapter", "operation", "outcome", "reason"],
             )
             .ok()?;
-            Some(PspMetrics { duration, calls })
+            let scope_refusals = IntCounterVec::new(
+                Opts::new(
+                    "sluice_tenant_scope_refusals_total",
+                    "Events refused because they named an aggregate of another connector \
+                     account than the one they came through, per adapter and source \
+                     (webhook, response)",
+                ),
+                &["adapter", "source"],
+            )
+            .ok()?;
+            Some(PspMetrics {
+                duration,
+                calls,
+                scope_refusals,
+            })
         })
         .as_ref()
 }
@@ -55,6 +71,7 @@ pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
     };
     registry.register(Box::new(m.duration.clone()))?;
     registry.register(Box::new(m.calls.clone()))?;
+    registry.register(Box::new(m.scope_refusals.clone()))?;
     Ok(())
 }
 
@@ -74,6 +91,13 @@ pub(crate) fn observe(
         m.calls
             .with_label_values(&[adapter, operation, outcome, reason])
             .inc();
+    }
+}
+
+/// Count one event refused at the tenant boundary.
+pub(crate) fn scope_refused(adapter: &str, source: &str) {
+    if let Some(m) = metrics() {
+        m.scope_refusals.with_label_values(&[adapter, source]).inc();
     }
 }
 

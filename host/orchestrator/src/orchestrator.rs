@@ -8,7 +8,8 @@ use std::sync::Arc;
 use sluice_adapter_runtime::{AdapterRuntime, ConnectorAccountScope, Keyring};
 use sluice_core::{route_event, Aggregate, CaptureMode, PaymentEvent};
 use sluice_store::{
-    Applied, ApplyEvent, Clock, DecisionKind, EventTarget, Provenance, Store, StoreError,
+    AccountScope, Applied, ApplyEvent, Clock, DecisionKind, EventTarget, NewScopeRefusal,
+    Provenance, RefusalSource, Store, StoreError,
 };
 
 use crate::call::{budget_for, CallOutcome, Connector};
@@ -186,17 +187,21 @@ impl Orchestrator {
 
     /// Put the events of one PSP answer through the door. Each event goes to
     /// the aggregate the call was about when the core routes it there, and
-    /// otherwise to whatever its own references name.
+    /// otherwise to whatever its own references name, within the connector
+    /// account the call went through: an untrusted adapter's answer never
+    /// reaches another tenant's payment.
     pub(crate) async fn apply_outcome(
         &self,
+        connector: &Connector,
         own: &OwnAggregate,
         spec: &OperationSpec,
         outcome: CallOutcome,
         provenance: &Provenance,
     ) -> Result<Vec<Applied>, OrchestratorError> {
+        let scope = AccountScope::new(&connector.account_id, adapter_of(provenance));
         let mut applied = Vec::new();
         for event in outcome.into_events(spec) {
-            let target = own.target_for(&event, &adapter_of(provenance));
+            let target = own.target_for(&event, &scope);
             let from_event = matches!(target, EventTarget::FromEvent { .. });
             let result = self
                 .apply(ApplyEvent {
@@ -210,8 +215,9 @@ impl Orchestrator {
             match result {
                 Ok(done) => applied.push(done),
                 // An extra event about something this host does not know (e.g.
-                // a capture report without a capture in flight) is evidence
-                // without a home: logged, never a reason to lose the others.
+                // a capture report without a capture in flight), or about
+                // another account's aggregate (refused and recorded by
+                // `apply`), is never a reason to lose the others.
                 Err(OrchestratorError::NotFound { entity, id }) if from_event => {
                     tracing::warn!(
                         entity,
@@ -219,20 +225,70 @@ impl Orchestrator {
                         "event from the PSP matched nothing; not applied"
                     );
                 }
+                Err(OrchestratorError::OutOfScope(_)) if from_event => {}
                 Err(error) => return Err(error),
             }
         }
         Ok(applied)
     }
 
+    /// Put one event through the door. An event that names another
+    /// connector account's aggregate changes nothing: it is kept as
+    /// evidence, counted, and refused with [`OrchestratorError::OutOfScope`].
     pub(crate) async fn apply(&self, input: ApplyEvent) -> Result<Applied, OrchestratorError> {
         match self.inner.store.apply_event(&input).await {
             Ok(applied) => Ok(applied),
-            Err(StoreError::NotFound { entity, key }) => {
-                Err(OrchestratorError::NotFound { entity, id: key })
-            }
+            Err(StoreError::OutOfScope {
+                entity,
+                key,
+                account,
+            }) => Err(self
+                .refuse_out_of_scope(&input, entity, &key, &account)
+                .await),
             Err(error) => Err(error.into()),
         }
+    }
+
+    async fn refuse_out_of_scope(
+        &self,
+        input: &ApplyEvent,
+        entity: &'static str,
+        key: &str,
+        account: &str,
+    ) -> OrchestratorError {
+        let adapter = adapter_of(&input.provenance);
+        let scope = match &input.target {
+            EventTarget::FromEvent { scope } | EventTarget::PspReference { scope, .. } => {
+                scope.clone()
+            }
+            _ => AccountScope::new(account, &adapter),
+        };
+        let source = match input.inbox_id {
+            Some(_) => RefusalSource::Webhook,
+            None => RefusalSource::Response,
+        };
+        crate::metrics::scope_refused(&adapter, source.as_str());
+        let refusal = NewScopeRefusal {
+            source,
+            scope: &scope,
+            inbox_id: input.inbox_id.as_deref(),
+            entity,
+            reference: key,
+            event: &input.event,
+        };
+        let recorded = self.inner.store.record_scope_refusal(&refusal).await;
+        let message = format!(
+            "the event names {entity} {key}, which is not an aggregate of connector account \
+             {account}; refused"
+        );
+        match recorded {
+            Ok(id) => tracing::warn!(refusal_id = %id, account, adapter = %adapter,
+                inbox_id = input.inbox_id.as_deref(), entity, reference = key,
+                "event outside its connector account refused"),
+            Err(error) => tracing::error!(error = %error, account, adapter = %adapter,
+                "event outside its connector account refused; recording the evidence failed"),
+        }
+        OrchestratorError::OutOfScope(message)
     }
 }
 
@@ -262,7 +318,7 @@ pub(crate) enum OwnAggregate {
 }
 
 impl OwnAggregate {
-    fn target_for(&self, event: &PaymentEvent, adapter: &str) -> EventTarget {
+    fn target_for(&self, event: &PaymentEvent, scope: &AccountScope) -> EventTarget {
         let (aggregate, reference, mode) = match self {
             OwnAggregate::Attempt { reference, mode } => (Aggregate::Attempt, reference, mode),
             OwnAggregate::Capture { reference, mode } => (Aggregate::Capture, reference, mode),
@@ -270,7 +326,7 @@ impl OwnAggregate {
         };
         if route_event(event, *mode) != aggregate {
             return EventTarget::FromEvent {
-                adapter: adapter.to_owned(),
+                scope: scope.clone(),
             };
         }
         match aggregate {
@@ -390,19 +446,20 @@ mod tests {
             reference: "capref_1".into(),
             mode: CaptureMode::Manual,
         };
+        let scope = AccountScope::new("ca_1", "a");
         let captured = PaymentEvent {
             action_reference: Some("capref_1".into()),
             ..PaymentEvent::new(EventKind::PaymentCaptured, EvidenceSource::SyncResponse)
         };
         assert_eq!(
-            own.target_for(&captured, "a"),
+            own.target_for(&captured, &scope),
             EventTarget::Capture("capref_1".into())
         );
         let succeeded = PaymentEvent::new(EventKind::PaymentSucceeded, EvidenceSource::Query);
         assert_eq!(
-            own.target_for(&succeeded, "a"),
+            own.target_for(&succeeded, &scope),
             EventTarget::FromEvent {
-                adapter: "a".into()
+                scope: scope.clone()
             }
         );
         let refund = OwnAggregate::Refund {
@@ -411,7 +468,7 @@ mod tests {
         };
         let refunded = PaymentEvent::new(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
         assert_eq!(
-            refund.target_for(&refunded, "a"),
+            refund.target_for(&refunded, &scope),
             EventTarget::Refund("rfdref_1".into())
         );
     }

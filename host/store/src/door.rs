@@ -22,8 +22,10 @@
 //! (a version-preserving update), so every recorded decision was taken on the
 //! state that was current when it committed.
 
+mod locate;
 mod operator;
 
+pub use locate::AccountScope;
 pub use operator::{ESCALATE_KIND, RESOLVE_KIND};
 
 use crate::db::Tx;
@@ -31,16 +33,15 @@ use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
-    self, amounts_in, attempt_from, attempt_in, capture_from, capture_in, command_kind, order_in,
-    refund_from, refund_in, PaymentAmounts, PaymentAttempt, PaymentOrder, ATTEMPT_COLS,
-    CAPTURE_COLS, REFUND_COLS,
+    self, amounts_in, attempt_in, capture_in, command_kind, order_in, refund_in, PaymentAmounts,
+    PaymentAttempt, PaymentOrder,
 };
 use crate::{Store, StoreError};
 use sluice_core::{
-    cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, route_event,
-    Aggregate, AttemptState, CaptureState, CompensationRefundOutcome, Decision, Effect,
-    EventIdentity, EventKind, FulfillmentInput, IgnoreReason, OrderCommand, OrderState,
-    OutboxEvent, PaymentEvent, RefundState,
+    cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, Aggregate,
+    AttemptState, CaptureState, CompensationRefundOutcome, Decision, Effect, EventIdentity,
+    EventKind, FulfillmentInput, IgnoreReason, OrderCommand, OrderState, OutboxEvent, PaymentEvent,
+    RefundState,
 };
 use sqlx::Row;
 use std::time::Duration;
@@ -57,14 +58,15 @@ pub enum EventTarget {
     Refund(String),
     /// By the host's capture reference.
     Capture(String),
-    /// By the PSP's reference of the payment or refund, at this adapter.
+    /// By the PSP's reference of the payment or refund, within the account.
     PspReference {
-        adapter: String,
+        scope: AccountScope,
         psp_reference: String,
     },
-    /// From the references the event itself carries (webhooks): attempt
-    /// reference, action reference, PSP references, at this adapter.
-    FromEvent { adapter: String },
+    /// From the references the event itself carries (webhooks, and events of
+    /// an answer about another aggregate than the call's): attempt
+    /// reference, action reference, PSP references, within the account.
+    FromEvent { scope: AccountScope },
 }
 
 /// One event to put through the door.
@@ -433,7 +435,7 @@ impl Store {
         tx: &mut Tx,
         input: &ApplyEvent,
     ) -> Result<Step<Applied>, StoreError> {
-        let located = locate(tx, &input.target, &input.event).await?;
+        let located = locate::locate(tx, &input.target, &input.event).await?;
         // Order first: every change to the payment bumps its version, so a
         // change committed after this read makes the final CAS miss.
         let order = order_in(tx, &located.payment_id).await?;
@@ -1188,254 +1190,6 @@ struct Located {
     payment_id: String,
 }
 
-fn is_refund_kind(kind: EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::RefundProcessing
-            | EventKind::RefundSucceeded
-            | EventKind::RefundFailed
-            | EventKind::RefundUnknown
-    )
-}
-
-async fn locate(
-    tx: &mut Tx,
-    target: &EventTarget,
-    event: &PaymentEvent,
-) -> Result<Located, StoreError> {
-    match target {
-        EventTarget::Attempt(reference) => {
-            located(
-                tx,
-                Aggregate::Attempt,
-                "payment_attempts",
-                "reference",
-                reference,
-            )
-            .await
-        }
-        EventTarget::Refund(reference) => {
-            located(tx, Aggregate::Refund, "refunds", "reference", reference).await
-        }
-        EventTarget::Capture(reference) => {
-            located(tx, Aggregate::Capture, "captures", "reference", reference).await
-        }
-        EventTarget::PspReference {
-            adapter,
-            psp_reference,
-        } => locate_by_psp(tx, adapter, psp_reference, event).await,
-        EventTarget::FromEvent { adapter } => locate_from_event(tx, adapter, event).await,
-    }
-}
-
-async fn located(
-    tx: &mut Tx,
-    aggregate: Aggregate,
-    table: &str,
-    column: &str,
-    key: &str,
-) -> Result<Located, StoreError> {
-    let id = find_id(tx, table, column, key)
-        .await?
-        .ok_or_else(|| StoreError::not_found(entity_name(aggregate), key))?;
-    let payment_id = payment_of(tx, table, &id).await?;
-    Ok(Located {
-        aggregate,
-        id,
-        payment_id,
-    })
-}
-
-fn entity_name(aggregate: Aggregate) -> &'static str {
-    match aggregate {
-        Aggregate::Order => "payment",
-        Aggregate::Attempt => "attempt",
-        Aggregate::Refund => "refund",
-        Aggregate::Capture => "capture",
-    }
-}
-
-async fn locate_by_psp(
-    tx: &mut Tx,
-    adapter: &str,
-    psp_reference: &str,
-    event: &PaymentEvent,
-) -> Result<Located, StoreError> {
-    if is_refund_kind(event.kind) {
-        if let Some(refund) = refund_by_psp(tx, adapter, psp_reference).await? {
-            return Ok(refund);
-        }
-        return Err(StoreError::not_found("refund", psp_reference));
-    }
-    let attempt = attempt_by_psp(tx, adapter, psp_reference)
-        .await?
-        .ok_or_else(|| StoreError::not_found("attempt", psp_reference))?;
-    route_from_attempt(tx, attempt, event).await
-}
-
-async fn locate_from_event(
-    tx: &mut Tx,
-    adapter: &str,
-    event: &PaymentEvent,
-) -> Result<Located, StoreError> {
-    if is_refund_kind(event.kind) {
-        if let Some(reference) = &event.action_reference {
-            return located(tx, Aggregate::Refund, "refunds", "reference", reference).await;
-        }
-        if let Some(psp) = &event.psp_reference {
-            if let Some(refund) = refund_by_psp(tx, adapter, psp).await? {
-                return Ok(refund);
-            }
-        }
-        return Err(StoreError::not_found(
-            "refund",
-            event.psp_reference.as_deref().unwrap_or("-"),
-        ));
-    }
-    let mut attempt = None;
-    if let Some(reference) = &event.attempt_reference {
-        attempt = fetch_attempt(tx, "reference = $1", &[reference]).await?;
-    }
-    for psp in [&event.psp_payment_reference, &event.psp_reference]
-        .into_iter()
-        .flatten()
-    {
-        if attempt.is_none() {
-            attempt = attempt_by_psp(tx, adapter, psp).await?;
-        }
-    }
-    let attempt = attempt.ok_or_else(|| {
-        StoreError::not_found(
-            "attempt",
-            event
-                .attempt_reference
-                .as_deref()
-                .or(event.psp_reference.as_deref())
-                .unwrap_or("-"),
-        )
-    })?;
-    route_from_attempt(tx, attempt, event).await
-}
-
-/// Send the event to the attempt or, per the core's routing, to one of its captures.
-async fn route_from_attempt(
-    tx: &mut Tx,
-    attempt: PaymentAttempt,
-    event: &PaymentEvent,
-) -> Result<Located, StoreError> {
-    match route_event(event, attempt.capture_mode) {
-        Aggregate::Capture => {
-            let capture_id = capture_for(tx, &attempt, event).await?;
-            Ok(Located {
-                aggregate: Aggregate::Capture,
-                id: capture_id,
-                payment_id: attempt.payment_id,
-            })
-        }
-        Aggregate::Refund => Err(StoreError::not_found(
-            "refund",
-            event.action_reference.as_deref().unwrap_or("-"),
-        )),
-        Aggregate::Attempt | Aggregate::Order => Ok(Located {
-            aggregate: Aggregate::Attempt,
-            id: attempt.id,
-            payment_id: attempt.payment_id,
-        }),
-    }
-}
-
-/// The capture a capture event is about: named by its reference, or the one
-/// capture of the attempt in flight (or the one with that PSP reference).
-/// Several candidates are never guessed between.
-async fn capture_for(
-    tx: &mut Tx,
-    attempt: &PaymentAttempt,
-    event: &PaymentEvent,
-) -> Result<String, StoreError> {
-    if let Some(reference) = &event.action_reference {
-        return find_id(tx, "captures", "reference", reference)
-            .await?
-            .ok_or_else(|| StoreError::not_found("capture", reference));
-    }
-    let rows = sqlx::query(&format!(
-        "SELECT {CAPTURE_COLS} FROM captures WHERE attempt_id = $1 ORDER BY created_at, id"
-    ))
-    .bind(&attempt.id)
-    .fetch_all(&mut **tx)
-    .await?;
-    let captures = rows
-        .iter()
-        .map(capture_from)
-        .collect::<Result<Vec<_>, _>>()?;
-    let in_flight: Vec<_> = captures.iter().filter(|c| !c.state.is_terminal()).collect();
-    let by_psp: Vec<_> = captures
-        .iter()
-        .filter(|c| c.psp_reference.is_some() && c.psp_reference == event.psp_reference)
-        .collect();
-    let candidates = if in_flight.len() == 1 {
-        in_flight
-    } else {
-        by_psp
-    };
-    match candidates.as_slice() {
-        [one] => Ok(one.id.clone()),
-        [] => Err(StoreError::not_found("capture", &attempt.reference)),
-        _ => Err(StoreError::Conflict(format!(
-            "{} captures of attempt {} could match; the event must name its capture reference",
-            candidates.len(),
-            attempt.reference
-        ))),
-    }
-}
-
-async fn fetch_attempt(
-    tx: &mut Tx,
-    condition: &str,
-    args: &[&str],
-) -> Result<Option<PaymentAttempt>, StoreError> {
-    let sql = format!("SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE {condition}");
-    let mut query = sqlx::query(&sql);
-    for arg in args {
-        query = query.bind(*arg);
-    }
-    let row = query.fetch_optional(&mut **tx).await?;
-    row.as_ref().map(attempt_from).transpose()
-}
-
-async fn attempt_by_psp(
-    tx: &mut Tx,
-    adapter: &str,
-    psp_reference: &str,
-) -> Result<Option<PaymentAttempt>, StoreError> {
-    fetch_attempt(
-        tx,
-        "adapter = $1 AND psp_reference = $2",
-        &[adapter, psp_reference],
-    )
-    .await
-}
-
-async fn refund_by_psp(
-    tx: &mut Tx,
-    adapter: &str,
-    psp_reference: &str,
-) -> Result<Option<Located>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {REFUND_COLS} FROM refunds WHERE adapter = $1 AND psp_reference = $2"
-    ))
-    .bind(adapter)
-    .bind(psp_reference)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let refund = refund_from(&row)?;
-    Ok(Some(Located {
-        aggregate: Aggregate::Refund,
-        id: refund.id,
-        payment_id: refund.payment_id,
-    }))
-}
-
 async fn find_id(
     tx: &mut Tx,
     table: &str,
@@ -1523,7 +1277,7 @@ fn describe_target(target: &EventTarget) -> String {
     match target {
         EventTarget::Attempt(r) | EventTarget::Refund(r) | EventTarget::Capture(r) => r.clone(),
         EventTarget::PspReference { psp_reference, .. } => psp_reference.clone(),
-        EventTarget::FromEvent { adapter } => format!("event at {adapter}"),
+        EventTarget::FromEvent { scope } => format!("event at account {}", scope.account_id),
     }
 }
 

@@ -10,6 +10,15 @@ pub enum StoreError {
     #[error("{entity} not found: {key}")]
     NotFound { entity: &'static str, key: String },
 
+    /// The event names an aggregate of another connector account than the
+    /// one it came through (the tenant boundary); nothing was written.
+    #[error("{entity} {key} is not an aggregate of connector account {account}")]
+    OutOfScope {
+        entity: &'static str,
+        key: String,
+        account: String,
+    },
+
     /// A uniqueness rule refused the write (e.g. a merchant order number reused).
     #[error("conflict: {0}")]
     Conflict(String),

@@ -33,6 +33,9 @@ pub(crate) fn refund() -> String {
 pub(crate) fn inbox() -> String {
     mint("inb")
 }
+pub(crate) fn scope_refusal() -> String {
+    mint("scr")
+}
 pub(crate) fn outbox_event() -> String {
     mint("evt")
 }

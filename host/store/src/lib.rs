@@ -20,6 +20,7 @@ mod error;
 mod fulfillment;
 mod ids;
 mod listing;
+mod refusals;
 
 pub mod history;
 pub mod idempotency;
@@ -33,8 +34,8 @@ pub mod stats;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
-    cas_conflicts_total, Applied, ApplyEvent, DecisionKind, EventTarget, ESCALATE_KIND,
-    MAX_CAS_TRIES, RESOLVE_KIND,
+    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,
+    ESCALATE_KIND, MAX_CAS_TRIES, RESOLVE_KIND,
 };
 pub use error::StoreError;
 pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
@@ -51,6 +52,7 @@ pub use payments::{
     Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts, PaymentAttempt,
     PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
+pub use refusals::{NewScopeRefusal, RefusalSource, ScopeRefusal};
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};
 pub use review::{IssuedOperator, NewProposal, Operator, Proposal, ReviewError, ReviewOutcome};
 

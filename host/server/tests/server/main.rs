@@ -14,3 +14,4 @@ mod pg;
 mod scanner_processes;
 mod startup;
 mod system;
+mod tenant_attack;

@@ -208,6 +208,11 @@ impl Fixture {
         Fixture { merchant, account }
     }
 
+    /// The tenant boundary of events that come through this fixture's account.
+    pub fn scope(&self) -> sluice_store::AccountScope {
+        sluice_store::AccountScope::new(&self.account.id, "sandbox")
+    }
+
     pub async fn payment(
         &self,
         store: &Store,

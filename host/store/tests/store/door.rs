@@ -121,7 +121,7 @@ dual_test! {
             }
         };
         let process = |inbox_id: String, ev: sluice_core::PaymentEvent| ApplyEvent {
-            target: EventTarget::FromEvent { adapter: "sandbox".into() },
+            target: EventTarget::FromEvent { scope: fx.scope() },
             event: ev,
             provenance: adapter_provenance(),
             inbox_id: Some(inbox_id),
@@ -421,7 +421,7 @@ dual_test! {
         // No capture reference in the event: the one capture in flight is matched.
         let settled = store
             .apply_event(&ApplyEvent {
-                target: EventTarget::FromEvent { adapter: "sandbox".into() },
+                target: EventTarget::FromEvent { scope: fx.scope() },
                 event: captured,
                 provenance: adapter_provenance(),
                 inbox_id: None,
@@ -518,7 +518,7 @@ dual_test! {
         ev.provider_event_id = Some("evt_cb".into());
         let applied = store
             .apply_event(&ApplyEvent {
-                target: EventTarget::PspReference { adapter: "sandbox".into(), psp_reference: "pi_LOC-1".into() },
+                target: EventTarget::PspReference { scope: fx.scope(), psp_reference: "pi_LOC-1".into() },
                 event: ev.clone(),
                 provenance: adapter_provenance(),
                 inbox_id: None,
@@ -530,7 +530,7 @@ dual_test! {
         assert_eq!(applied.decision, DecisionKind::Applied);
         let missing = store
             .apply_event(&ApplyEvent {
-                target: EventTarget::PspReference { adapter: "other".into(), psp_reference: "pi_LOC-1".into() },
+                target: EventTarget::PspReference { scope: sluice_store::AccountScope::new(&fx.account.id, "other"), psp_reference: "pi_LOC-1".into() },
                 event: ev,
                 provenance: adapter_provenance(),
                 inbox_id: None,

@@ -3,6 +3,7 @@
 #[macro_use]
 pub mod common;
 
+mod boundary;
 mod door;
 mod fulfillment;
 mod money;

@@ -86,7 +86,7 @@ dual_test! {
         ko.action_reference = Some(second.record.reference.clone());
         let released = store
             .apply_event(&sluice_store::ApplyEvent {
-                target: sluice_store::EventTarget::FromEvent { adapter: "sandbox".into() },
+                target: sluice_store::EventTarget::FromEvent { scope: fx.scope() },
                 event: ko,
                 provenance: adapter_provenance(),
                 inbox_id: None,

@@ -1,0 +1,351 @@
+//! Where an event lands, inside the tenant boundary.
+//!
+//! An event from a webhook, or from the answer to a call, came through one
+//! connector account; it may only touch aggregates of that account
+//! (architecture invariant 8). Every lookup by a reference the event names
+//! (attempt, action, PSP, PSP payment) finds the row and the account it
+//! belongs to in one query; a row of another account is refused with
+//! [`StoreError::OutOfScope`], never used. References minted by the host for
+//! the aggregate a call was about ([`EventTarget::Attempt`], `Refund`,
+//! `Capture`) are the host's own and need no scope.
+
+use super::{find_id, payment_of, EventTarget, Located};
+use crate::db::Tx;
+use crate::payments::{attempt_from, capture_from, PaymentAttempt, ATTEMPT_COLS, CAPTURE_COLS};
+use crate::StoreError;
+use sluice_core::{route_event, Aggregate, EventKind, PaymentEvent};
+use sqlx::Row;
+
+/// The connector account an event came through (a webhook's route account,
+/// or the account of the call whose answer is parsed) and its adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountScope {
+    pub account_id: String,
+    pub adapter: String,
+}
+
+impl AccountScope {
+    pub fn new(account_id: impl Into<String>, adapter: impl Into<String>) -> AccountScope {
+        AccountScope {
+            account_id: account_id.into(),
+            adapter: adapter.into(),
+        }
+    }
+}
+
+/// The tables an event can name a row of, and how each reaches its account.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Attempts,
+    Refunds,
+    Captures,
+}
+
+impl Table {
+    fn entity(self) -> &'static str {
+        match self {
+            Table::Attempts => "attempt",
+            Table::Refunds => "refund",
+            Table::Captures => "capture",
+        }
+    }
+
+    /// `id, payment_id, account_id` of the rows `WHERE t.{column} = $1`.
+    /// Our references are unique across adapters; PSP references only at one
+    /// adapter (`AND t.adapter = $2`, which is also what their index covers).
+    fn scoped_select(self, column: &str) -> String {
+        let (from, account) = match self {
+            Table::Attempts => ("payment_attempts t", "t.connector_account_id"),
+            Table::Refunds => (
+                "refunds t JOIN payment_attempts a ON a.id = t.attempt_id",
+                "a.connector_account_id",
+            ),
+            Table::Captures => (
+                "captures t JOIN payment_attempts a ON a.id = t.attempt_id",
+                "a.connector_account_id",
+            ),
+        };
+        let adapter = if column == "reference" {
+            "$2 = $2"
+        } else {
+            "t.adapter = $2"
+        };
+        format!(
+            "SELECT t.id AS id, t.payment_id AS payment_id, {account} AS account_id \
+             FROM {from} WHERE t.{column} = $1 AND {adapter}"
+        )
+    }
+}
+
+/// A row an event named, inside the scope.
+struct Found {
+    id: String,
+    payment_id: String,
+}
+
+/// The row of `table` whose `column` is `key` (a PSP reference: at the
+/// scope's adapter) within the scope's account. When only other accounts
+/// have such a row, the event is refused: it names another tenant's money.
+async fn find_scoped(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    table: Table,
+    column: &str,
+    key: &str,
+) -> Result<Option<Found>, StoreError> {
+    let rows = sqlx::query(&table.scoped_select(column))
+        .bind(key)
+        .bind(&scope.adapter)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut outside = false;
+    for row in &rows {
+        let account: String = row.try_get("account_id")?;
+        if account == scope.account_id {
+            // Unique per account (references are unique, PSP references
+            // unique per account: migration 0011), so this is the one.
+            return Ok(Some(Found {
+                id: row.try_get("id")?,
+                payment_id: row.try_get("payment_id")?,
+            }));
+        }
+        outside = true;
+    }
+    if outside {
+        return Err(StoreError::OutOfScope {
+            entity: table.entity(),
+            key: key.to_owned(),
+            account: scope.account_id.clone(),
+        });
+    }
+    Ok(None)
+}
+
+pub(super) async fn locate(
+    tx: &mut Tx,
+    target: &EventTarget,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    match target {
+        EventTarget::Attempt(reference) => {
+            own(tx, Aggregate::Attempt, "payment_attempts", reference).await
+        }
+        EventTarget::Refund(reference) => own(tx, Aggregate::Refund, "refunds", reference).await,
+        EventTarget::Capture(reference) => own(tx, Aggregate::Capture, "captures", reference).await,
+        EventTarget::PspReference {
+            scope,
+            psp_reference,
+        } => locate_by_psp(tx, scope, psp_reference, event).await,
+        EventTarget::FromEvent { scope } => locate_from_event(tx, scope, event).await,
+    }
+}
+
+/// The aggregate a call was about, by the host's own reference.
+async fn own(
+    tx: &mut Tx,
+    aggregate: Aggregate,
+    table: &str,
+    reference: &str,
+) -> Result<Located, StoreError> {
+    let id = find_id(tx, table, "reference", reference)
+        .await?
+        .ok_or_else(|| StoreError::not_found(entity_name(aggregate), reference))?;
+    let payment_id = payment_of(tx, table, &id).await?;
+    Ok(Located {
+        aggregate,
+        id,
+        payment_id,
+    })
+}
+
+fn entity_name(aggregate: Aggregate) -> &'static str {
+    match aggregate {
+        Aggregate::Order => "payment",
+        Aggregate::Attempt => "attempt",
+        Aggregate::Refund => "refund",
+        Aggregate::Capture => "capture",
+    }
+}
+
+fn is_refund_kind(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::RefundProcessing
+            | EventKind::RefundSucceeded
+            | EventKind::RefundFailed
+            | EventKind::RefundUnknown
+    )
+}
+
+async fn locate_by_psp(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    psp_reference: &str,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    if is_refund_kind(event.kind) {
+        let refund = find_scoped(tx, scope, Table::Refunds, "psp_reference", psp_reference)
+            .await?
+            .ok_or_else(|| StoreError::not_found("refund", psp_reference))?;
+        return Ok(located(Aggregate::Refund, refund));
+    }
+    let attempt = scoped_attempt(tx, scope, "psp_reference", psp_reference)
+        .await?
+        .ok_or_else(|| StoreError::not_found("attempt", psp_reference))?;
+    route_from_attempt(tx, scope, attempt, event).await
+}
+
+fn located(aggregate: Aggregate, found: Found) -> Located {
+    Located {
+        aggregate,
+        id: found.id,
+        payment_id: found.payment_id,
+    }
+}
+
+async fn locate_from_event(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    if is_refund_kind(event.kind) {
+        return refund_from_event(tx, scope, event).await;
+    }
+    let mut attempt = None;
+    if let Some(reference) = &event.attempt_reference {
+        attempt = scoped_attempt(tx, scope, "reference", reference).await?;
+    }
+    for psp in [&event.psp_payment_reference, &event.psp_reference]
+        .into_iter()
+        .flatten()
+    {
+        if attempt.is_none() {
+            attempt = scoped_attempt(tx, scope, "psp_reference", psp).await?;
+        }
+    }
+    let attempt = attempt.ok_or_else(|| {
+        let named = event
+            .attempt_reference
+            .as_deref()
+            .or(event.psp_reference.as_deref());
+        StoreError::not_found("attempt", named.unwrap_or("-"))
+    })?;
+    route_from_attempt(tx, scope, attempt, event).await
+}
+
+/// A refund event's refund: by our refund reference, else the PSP's.
+async fn refund_from_event(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    let by = match (&event.action_reference, &event.psp_reference) {
+        (Some(reference), _) => ("reference", reference),
+        (None, Some(psp)) => ("psp_reference", psp),
+        (None, None) => return Err(StoreError::not_found("refund", "-")),
+    };
+    find_scoped(tx, scope, Table::Refunds, by.0, by.1)
+        .await?
+        .map(|found| located(Aggregate::Refund, found))
+        .ok_or_else(|| StoreError::not_found("refund", by.1))
+}
+
+/// The scope's attempt whose `column` is `key`.
+async fn scoped_attempt(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    column: &str,
+    key: &str,
+) -> Result<Option<PaymentAttempt>, StoreError> {
+    let Some(found) = find_scoped(tx, scope, Table::Attempts, column, key).await? else {
+        return Ok(None);
+    };
+    let row = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE id = $1"
+    ))
+    .bind(&found.id)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(Some(attempt_from(&row)?))
+}
+
+/// Send the event to the attempt or, per the core's routing, to one of its captures.
+async fn route_from_attempt(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    attempt: PaymentAttempt,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    match route_event(event, attempt.capture_mode) {
+        Aggregate::Capture => capture_for(tx, scope, &attempt, event).await,
+        Aggregate::Refund => Err(StoreError::not_found(
+            "refund",
+            event.action_reference.as_deref().unwrap_or("-"),
+        )),
+        Aggregate::Attempt | Aggregate::Order => Ok(Located {
+            aggregate: Aggregate::Attempt,
+            id: attempt.id,
+            payment_id: attempt.payment_id,
+        }),
+    }
+}
+
+/// The capture a capture event is about: named by its reference (a capture
+/// of this attempt), or the one capture of the attempt in flight (or the one
+/// with that PSP reference). Several candidates are never guessed between.
+async fn capture_for(
+    tx: &mut Tx,
+    scope: &AccountScope,
+    attempt: &PaymentAttempt,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    if let Some(reference) = &event.action_reference {
+        let capture = find_scoped(tx, scope, Table::Captures, "reference", reference)
+            .await?
+            .filter(|found| found.payment_id == attempt.payment_id)
+            .ok_or_else(|| StoreError::not_found("capture", reference))?;
+        return Ok(located(Aggregate::Capture, capture));
+    }
+    let id = capture_of_attempt(tx, attempt, event).await?;
+    Ok(Located {
+        aggregate: Aggregate::Capture,
+        id,
+        payment_id: attempt.payment_id.clone(),
+    })
+}
+
+async fn capture_of_attempt(
+    tx: &mut Tx,
+    attempt: &PaymentAttempt,
+    event: &PaymentEvent,
+) -> Result<String, StoreError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {CAPTURE_COLS} FROM captures WHERE attempt_id = $1 ORDER BY created_at, id"
+    ))
+    .bind(&attempt.id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let captures = rows
+        .iter()
+        .map(capture_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let in_flight: Vec<_> = captures.iter().filter(|c| !c.state.is_terminal()).collect();
+    let by_psp: Vec<_> = captures
+        .iter()
+        .filter(|c| c.psp_reference.is_some() && c.psp_reference == event.psp_reference)
+        .collect();
+    let candidates = if in_flight.len() == 1 {
+        in_flight
+    } else {
+        by_psp
+    };
+    match candidates.as_slice() {
+        [one] => Ok(one.id.clone()),
+        [] => Err(StoreError::not_found("capture", &attempt.reference)),
+        _ => Err(StoreError::Conflict(format!(
+            "{} captures of attempt {} could match; the event must name its capture reference",
+            candidates.len(),
+            attempt.reference
+        ))),
+    }
+}
