@@ -33,6 +33,7 @@ mod limits;
 mod output;
 mod runtime;
 mod sandbox;
+pub mod testing;
 
 pub use bindings::sluice::psp::host::LogLevel;
 pub use bindings::sluice::psp::types::{

@@ -316,26 +316,9 @@ fn load_dir_loads_and_activates_every_component_and_reports_each_failure() {
     assert!(matches!(missing[0].1, Err(LoadError::Io { .. })));
 }
 
-/// The component with every occurrence of its exported interface name rewritten (same
-/// length, so the binary stays well-formed): a build against another contract version.
+/// The well-behaved component as built against contract `version`.
 fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
-    let from = b"sluice:psp/adapter@0.2.0";
-    let to = format!("sluice:psp/adapter@{version}");
-    assert_eq!(to.len(), from.len(), "same-length versions only");
-    let mut out = wasm.to_vec();
-    let mut replaced = 0;
-    let mut i = 0;
-    while i + from.len() <= out.len() {
-        if &out[i..i + from.len()] == from {
-            out[i..i + from.len()].copy_from_slice(to.as_bytes());
-            replaced += 1;
-            i += from.len();
-        } else {
-            i += 1;
-        }
-    }
-    assert!(replaced > 0, "export name not found in the component");
-    out
+    sluice_adapter_runtime::testing::with_contract_version(wasm, "0.2.0", version)
 }
 
 #[test]

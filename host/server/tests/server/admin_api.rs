@@ -54,6 +54,12 @@ async fn invalid_uploads_get_422_with_the_reason_and_the_previous_version_keeps_
             "psp-adapter world",
         ),
         (
+            "a component of contract 0.1.0 (it read secrets through get-secret)",
+            sluice_adapter_runtime::testing::with_contract_version(&good, "0.2.0", "0.1.0"),
+            "unsupported_contract_version",
+            "sluice:psp/adapter@0.2.x",
+        ),
+        (
             "a component describing itself under another name",
             adapter_bytes("stripe"),
             "name_mismatch",
