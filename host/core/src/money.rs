@@ -51,6 +51,12 @@ const KNOWN_CURRENCIES: &[(&str, u8)] = &[
 ];
 
 impl Currency {
+    /// Every code [`Currency::parse`] accepts, in alphabetical order (the
+    /// merchant API's OpenAPI document lists them).
+    pub fn known_codes() -> impl Iterator<Item = &'static str> {
+        KNOWN_CURRENCIES.iter().map(|(code, _)| *code)
+    }
+
     /// Parse and validate a currency code.
     pub fn parse(code: &str) -> Result<Self, MoneyError> {
         let bytes = code.as_bytes();

@@ -27,6 +27,7 @@ const MAX_SETTING_VALUE_CHARS: usize = 8192;
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateMerchantRequest {
+    #[schema(schema_with = merchant_name_schema)]
     pub name: String,
 }
 
@@ -52,6 +53,7 @@ pub struct MerchantList {
 #[serde(deny_unknown_fields)]
 pub struct IssueApiKeyRequest {
     /// What the key is for, e.g. `production backend`.
+    #[schema(schema_with = optional_label_schema)]
     pub label: Option<String>,
 }
 
@@ -88,14 +90,18 @@ pub struct ApiKeyList {
 #[serde(deny_unknown_fields)]
 pub struct CreateConnectorAccountRequest {
     /// The adapter's name, e.g. `stripe` or `adyen`.
+    #[schema(schema_with = adapter_schema)]
     pub adapter: String,
     /// Unique per merchant.
+    #[schema(schema_with = label_schema)]
     pub label: String,
     /// Non-secret settings, e.g. `base_url`, `merchant_account`.
     #[serde(default)]
+    #[schema(schema_with = config_schema)]
     pub config: BTreeMap<String, String>,
     /// Secrets, e.g. `api_key`, `webhook_secret`. Never returned or logged.
     #[serde(default)]
+    #[schema(schema_with = secrets_schema)]
     pub secrets: BTreeMap<String, String>,
 }
 
@@ -193,6 +199,56 @@ impl From<&ConnectorAccount> for ConnectorAccountView {
     }
 }
 
+// The schemas of the fields above (`schema_with` drops doc comments).
+use crate::openapi::fields::{described, required_text};
+
+fn merchant_name_schema() -> utoipa::openapi::Object {
+    described(required_text(MAX_NAME_CHARS, false), "The merchant's name.")
+}
+
+fn label_schema() -> utoipa::openapi::Object {
+    described(
+        required_text(MAX_LABEL_CHARS, false),
+        "Unique per merchant.",
+    )
+}
+
+fn optional_label_schema() -> utoipa::openapi::Object {
+    described(
+        required_text(MAX_LABEL_CHARS, true),
+        "What the key is for, e.g. `production backend`.",
+    )
+}
+
+fn adapter_schema() -> utoipa::openapi::Object {
+    described(
+        crate::openapi::fields::adapter_name(),
+        "The adapter's name, e.g. `stripe` or `adyen`.",
+    )
+}
+
+/// What [`settings`] accepts.
+fn settings_schema(description: &str) -> utoipa::openapi::Object {
+    described(
+        crate::openapi::fields::string_map(
+            MAX_SETTINGS,
+            MAX_SETTING_KEY_CHARS,
+            MAX_SETTING_VALUE_CHARS,
+            false,
+            false,
+        ),
+        description,
+    )
+}
+
+fn config_schema() -> utoipa::openapi::Object {
+    settings_schema("Non-secret settings, e.g. `base_url`, `merchant_account`.")
+}
+
+fn secrets_schema() -> utoipa::openapi::Object {
+    settings_schema("Secrets, e.g. `api_key`, `webhook_secret`. Never returned or logged.")
+}
+
 fn merchant_id_or_404(id: &str) -> Result<&str, ApiError> {
     if req::looks_like_id(id) {
         Ok(id)
@@ -204,7 +260,7 @@ fn merchant_id_or_404(id: &str) -> Result<&str, ApiError> {
 /// Adapter names as the runtime accepts them: lower-case letters, digits, `-`.
 pub fn valid_adapter_name(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 64
+        && name.len() <= crate::openapi::fields::MAX_ADAPTER_NAME_CHARS
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')

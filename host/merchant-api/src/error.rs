@@ -101,6 +101,23 @@ impl ApiError {
             .before_execution()
     }
 
+    /// A 404 for something a well-formed request names that does not exist
+    /// (e.g. no connector account can serve it); nothing was written.
+    pub fn missing(code: &str, param: &str, message: impl Into<String>) -> Self {
+        Self::not_found(code, message)
+            .with_param(param)
+            .before_execution()
+    }
+
+    /// A 409 for a well-formed request that the current state (of the
+    /// resource, or of the merchant's configuration) does not allow;
+    /// nothing was written.
+    pub fn state_conflict(code: &str, param: &str, message: impl Into<String>) -> Self {
+        Self::conflict(code, message)
+            .with_param(param)
+            .before_execution()
+    }
+
     pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
@@ -226,7 +243,10 @@ impl From<StoreError> for ApiError {
 
 /// How a store error is shown to a merchant. Conditions the merchant can act
 /// on are 4xx with a clear message; anything else is a 5xx whose details stay
-/// in the log.
+/// in the log. A 400 means the request itself is malformed (the OpenAPI
+/// document says so); a request the document allows but the resource's
+/// current state does not (more than is refundable, another currency) is a
+/// 409.
 pub fn store_error(error: StoreError) -> ApiError {
     let message = error.to_string();
     match error {
@@ -235,10 +255,10 @@ pub fn store_error(error: StoreError) -> ApiError {
         }
         StoreError::Conflict(_) => ApiError::conflict("conflict", message),
         StoreError::InsufficientRefundable { .. } => {
-            ApiError::bad_request("amount_exceeds_refundable", message).with_param("amount")
+            ApiError::conflict("amount_exceeds_refundable", message).with_param("amount")
         }
         StoreError::InsufficientCapturable { .. } => {
-            ApiError::bad_request("amount_exceeds_capturable", message).with_param("amount")
+            ApiError::conflict("amount_exceeds_capturable", message).with_param("amount")
         }
         StoreError::AttemptInFlight { .. } => ApiError::conflict("attempt_in_flight", message),
         StoreError::InvalidState { .. } => ApiError::conflict("payment_state_invalid", message),
@@ -287,13 +307,13 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
         }
         OrchestratorError::InvalidState(_) => ApiError::conflict("payment_state_invalid", message),
         OrchestratorError::InsufficientRefundable { .. } => {
-            ApiError::bad_request("amount_exceeds_refundable", message).with_param("amount")
+            ApiError::conflict("amount_exceeds_refundable", message).with_param("amount")
         }
         OrchestratorError::InsufficientCapturable { .. } => {
-            ApiError::bad_request("amount_exceeds_capturable", message).with_param("amount")
+            ApiError::conflict("amount_exceeds_capturable", message).with_param("amount")
         }
         OrchestratorError::InvalidRequest(_) => ApiError::bad_request("invalid_request", message),
-        OrchestratorError::NoRoute(_) => ApiError::bad_request("no_route", message),
+        OrchestratorError::NoRoute(_) => ApiError::not_found("no_route", message),
         OrchestratorError::Busy(_) => ApiError::conflict(
             "lock_timeout",
             "the payment is being changed by another request; retry shortly",
@@ -321,7 +341,7 @@ pub fn fulfillment_refusal(refusal: &sluice_core::FulfillmentRefusal) -> ApiErro
     let message = refusal.to_string();
     match refusal {
         R::UnknownAttempt { .. } => {
-            ApiError::invalid("fulfillment_attempt_unknown", "attempt_reference", message)
+            ApiError::state_conflict("fulfillment_attempt_unknown", "attempt_reference", message)
         }
         R::RefundInProgress { .. } => {
             ApiError::conflict("fulfillment_compensation_in_progress", message)

@@ -22,19 +22,70 @@ pub const DEFAULT_TIMEOUT_MS: i64 = 5_000;
 /// The longest budget an endpoint may ask for.
 pub const MAX_TIMEOUT_MS: i64 = 30_000;
 const MIN_SECRET_CHARS: usize = 16;
+const MAX_SECRET_CHARS: usize = 500;
 const MAX_URL_CHARS: usize = 2_000;
+
+/// The URLs [`put_fulfillment_endpoint`] accepts: `http(s)://`, a host without `@`,
+/// then anything, all of it visible ASCII.
+const URL_PATTERN: &str = r"^https?://[\x21\x22\x24-\x2e\x30-\x3e\x41-\x7e]+([/?#][\x21-\x7e]*)?$";
+
+fn url_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .max_length(Some(MAX_URL_CHARS))
+        .pattern(Some(URL_PATTERN))
+        .description(Some(
+            "`https://...` (or `http://` for a local test endpoint). Receives `POST` JSON bodies \
+             of `type` `fulfillment.execute` and `fulfillment.query`.",
+        ))
+        .build()
+}
+
+fn secret_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .min_length(Some(MIN_SECRET_CHARS))
+        .max_length(Some(MAX_SECRET_CHARS))
+        .description(Some(
+            "Signs every call (`Sluice-Signature: t=<unix>,v1=<hex HMAC-SHA256>` over \
+             `\"{t}.{body}\"`, as for webhooks).",
+        ))
+        .build()
+}
+
+fn timeout_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+            utoipa::openapi::Type::Integer,
+            utoipa::openapi::Type::Null,
+        ]))
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::Int64,
+        )))
+        .minimum(Some(1))
+        .maximum(Some(MAX_TIMEOUT_MS))
+        .description(Some(format!(
+            "Budget of one call in milliseconds (default {DEFAULT_TIMEOUT_MS}); Sluice also \
+             never waits longer than its policy's action timeout."
+        )))
+        .build()
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FulfillmentEndpointRequest {
     /// `https://...` (or `http://` for a local test endpoint). Receives
     /// `POST` JSON bodies of `type` `fulfillment.execute` and `fulfillment.query`.
+    #[schema(schema_with = url_schema)]
     pub url: String,
     /// Signs every call (`Sluice-Signature: t=<unix>,v1=<hex HMAC-SHA256>`
-    /// over `"{t}.{body}"`, as for webhooks); at least 16 characters.
+    /// over `"{t}.{body}"`, as for webhooks); 16 to 500 characters.
+    #[schema(schema_with = secret_schema)]
     pub secret: String,
     /// Budget of one call in milliseconds (default 5000, at most 30000);
     /// Sluice also never waits longer than its policy's action timeout.
+    #[schema(schema_with = timeout_schema)]
+    #[serde(default, deserialize_with = "req::optional_integer")]
     pub timeout_ms: Option<i64>,
 }
 
@@ -77,7 +128,8 @@ pub async fn put_fulfillment_endpoint(
             "url must be an absolute http(s) URL",
         ));
     }
-    if body.secret.chars().count() < MIN_SECRET_CHARS || body.secret.len() > 500 {
+    let secret_chars = body.secret.chars().count();
+    if !(MIN_SECRET_CHARS..=MAX_SECRET_CHARS).contains(&secret_chars) {
         return Err(ApiError::invalid(
             "secret_invalid",
             "secret",

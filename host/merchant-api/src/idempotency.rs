@@ -38,7 +38,8 @@ pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key
 /// Set on a response replayed from the idempotency store.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-const MAX_KEY_LEN: usize = 255;
+/// Longest `Idempotency-Key` accepted (after trimming), in bytes of visible ASCII.
+pub const MAX_KEY_LEN: usize = 255;
 
 /// Route layer for the authenticated `/v1` routes (inside `require_merchant`).
 pub async fn idempotency(

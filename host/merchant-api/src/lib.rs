@@ -157,12 +157,12 @@ impl MerchantApiState {
             .collect();
         match <[ConnectorAccount; 1]>::try_from(candidates) {
             Ok([one]) => Ok(Some(one)),
-            Err(candidates) if candidates.is_empty() => Err(ApiError::invalid(
+            Err(candidates) if candidates.is_empty() => Err(ApiError::missing(
                 "no_route",
                 param,
                 "no active connector account can serve this payment",
             )),
-            Err(_) => Err(ApiError::invalid(
+            Err(_) => Err(ApiError::state_conflict(
                 "route_ambiguous",
                 param,
                 "several active connector accounts match; name one with connector_account",
@@ -193,7 +193,7 @@ impl MerchantApiState {
             Err(e) => return Err(e.into()),
         };
         if account.status != "active" {
-            return Err(ApiError::invalid(
+            return Err(ApiError::state_conflict(
                 "connector_account_disabled",
                 "connector_account",
                 format!("connector account {} is disabled", account.id),
@@ -272,7 +272,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .merge(webhook_handlers())
         .merge(admin_routes())
         .split_for_parts();
-    doc
+    openapi::complete(doc)
 }
 
 /// `/v1/...`, `/webhooks/{adapter}/{connector_account}` and `/openapi.json`.

@@ -397,7 +397,7 @@ pub async fn get_refund(
 }
 
 const DEFAULT_PAGE: i64 = 20;
-const MAX_PAGE: i64 = 100;
+use crate::requests::MAX_PAGE;
 /// Rows a single list request may examine when a status filter needs the
 /// projection: bounds the work of a request whatever the data looks like.
 const SCAN_BUDGET: usize = 1000;

@@ -46,6 +46,7 @@ impl From<CaptureModeParam> for CaptureMode {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingHint {
+    #[schema(schema_with = crate::openapi::fields::routing_adapter)]
     pub adapter: String,
 }
 
@@ -64,11 +65,16 @@ pub enum FulfillmentModeParam {
 #[serde(deny_unknown_fields)]
 pub struct FulfillmentParams {
     /// The merchant's stable business goal; several payments may serve one.
+    #[schema(schema_with = crate::openapi::fields::biz_key)]
     pub biz_key: String,
     /// Unix milliseconds; in the future, at most 90 days ahead.
+    #[serde(deserialize_with = "integer")]
     pub deadline: i64,
     pub mode: FulfillmentModeParam,
-    /// Not accepted: the pull-mode endpoint is configured per merchant.
+    /// Not part of the contract (hence not in the document): the pull-mode
+    /// endpoint is configured per merchant, and naming one here is refused
+    /// with a message that says so.
+    #[schema(ignore)]
     pub endpoint: Option<String>,
 }
 
@@ -76,24 +82,34 @@ pub struct FulfillmentParams {
 #[serde(deny_unknown_fields)]
 pub struct CreatePaymentRequest {
     /// Minor units (cents for EUR), > 0.
+    #[schema(schema_with = crate::openapi::fields::amount)]
+    #[serde(deserialize_with = "integer")]
     pub amount: i64,
     /// ISO 4217, upper case.
+    #[schema(schema_with = crate::openapi::fields::currency)]
     pub currency: String,
     /// Unique per merchant: creating again with the same number returns the
     /// existing payment if every parameter matches, 409 otherwise.
+    #[schema(schema_with = crate::openapi::fields::order_no)]
     pub merchant_order_no: String,
     /// Default `automatic`.
     pub capture_mode: Option<CaptureModeParam>,
     /// The connector account (id) to pay through (used with `confirm`;
     /// validated, not stored, without it: name it again on confirm).
+    /// Not together with `routing`.
+    #[schema(schema_with = crate::openapi::fields::create_connector_account)]
     pub connector_account: Option<String>,
     /// Or: route to the merchant's only active account of this adapter.
     pub routing: Option<RoutingHint>,
     /// An opaque payment method token for the PSP.
+    #[schema(schema_with = crate::openapi::fields::payment_method)]
     pub payment_method: Option<String>,
+    #[schema(schema_with = crate::openapi::fields::return_url)]
     pub return_url: Option<String>,
+    #[schema(schema_with = crate::openapi::fields::description)]
     pub description: Option<String>,
     /// Up to 50 string pairs; keys up to 40, values up to 500 characters.
+    #[schema(schema_with = crate::openapi::fields::metadata)]
     pub metadata: Option<BTreeMap<String, String>>,
     /// Start an attempt at the PSP right away.
     pub confirm: Option<bool>,
@@ -104,12 +120,15 @@ pub struct CreatePaymentRequest {
 #[serde(deny_unknown_fields)]
 pub struct ConfirmPaymentRequest {
     /// The connector account (id) to pay through. Default: the merchant's
-    /// only active account (of the `routing` adapter, when given).
+    /// only active account (of the `routing` adapter, when given). Not
+    /// together with `routing`.
+    #[schema(schema_with = crate::openapi::fields::confirm_connector_account)]
     pub connector_account: Option<String>,
     /// Or: route to the merchant's only active account of this adapter.
     pub routing: Option<RoutingHint>,
     /// New payment details for this attempt (e.g. after a decline); the
     /// payment's own token otherwise.
+    #[schema(schema_with = crate::openapi::fields::new_payment_method)]
     pub payment_method: Option<String>,
 }
 
@@ -117,8 +136,11 @@ pub struct ConfirmPaymentRequest {
 #[serde(deny_unknown_fields)]
 pub struct CaptureRequestBody {
     /// Minor units; default: everything still capturable.
+    #[schema(schema_with = crate::openapi::fields::capture_amount)]
+    #[serde(default, deserialize_with = "optional_integer")]
     pub amount: Option<i64>,
     /// If given, must be the payment's currency.
+    #[schema(schema_with = crate::openapi::fields::payment_currency)]
     pub currency: Option<String>,
 }
 
@@ -126,9 +148,13 @@ pub struct CaptureRequestBody {
 #[serde(deny_unknown_fields)]
 pub struct RefundRequestBody {
     /// Minor units; default: everything still refundable.
+    #[schema(schema_with = crate::openapi::fields::refund_amount)]
+    #[serde(default, deserialize_with = "optional_integer")]
     pub amount: Option<i64>,
     /// If given, must be the payment's currency.
+    #[schema(schema_with = crate::openapi::fields::payment_currency)]
     pub currency: Option<String>,
+    #[schema(schema_with = crate::openapi::fields::refund_reason)]
     pub reason: Option<String>,
 }
 
@@ -146,6 +172,7 @@ pub struct FulfillmentConfirmation {
     /// The attempt reference the business recorded the goal with (this
     /// payment's `attempts[].reference`, or another attempt of the same
     /// `biz_key`: then this payment is refunded as `fulfilled_elsewhere`).
+    #[schema(schema_with = crate::openapi::fields::attempt_reference)]
     pub attempt_reference: String,
 }
 
@@ -155,18 +182,92 @@ pub struct FulfillmentConfirmation {
 #[into_params(parameter_in = Query)]
 pub struct ListPaymentsQuery {
     /// 1 to 100, default 20.
+    #[param(schema_with = crate::openapi::fields::page_limit)]
     pub limit: Option<i64>,
     /// The `next_cursor` of the previous page.
+    #[param(schema_with = crate::openapi::fields::cursor)]
     pub starting_after: Option<String>,
     /// A client status: `created`, `processing`, `requires_action`,
     /// `authorized`, `succeeded`, `partially_refunded`, `refunded`, `failed`,
     /// `canceled`, `expired` or `manual_review`.
+    #[param(value_type = Option<crate::views::PaymentStatus>)]
     pub status: Option<String>,
-    /// Created at or after (unix ms).
+    /// Created at or after (unix ms); not after `created_lte`.
     pub created_gte: Option<i64>,
     /// Created at or before (unix ms).
     pub created_lte: Option<i64>,
+    #[param(schema_with = crate::openapi::fields::order_no_filter)]
     pub merchant_order_no: Option<String>,
+}
+
+/// Most payments one page of `GET /v1/payments` holds.
+pub const MAX_PAGE: i64 = 100;
+
+// ---- integers ---------------------------------------------------------------------
+
+/// An integer, also written with a zero fraction (`259.0`): JSON Schema's
+/// `integer`, which the OpenAPI document promises, includes those. A value
+/// with a fraction, or out of range, is refused like any type error.
+pub fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    deserializer.deserialize_any(IntegerVisitor)
+}
+
+/// [`integer`] for an optional field (`null` or absent is `None`).
+pub fn optional_integer<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<i64>, D::Error> {
+    deserializer.deserialize_option(OptionalIntegerVisitor)
+}
+
+struct IntegerVisitor;
+
+impl serde::de::Visitor<'_> for IntegerVisitor {
+    type Value = i64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an integer")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+        Ok(v)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+        i64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+        // 2^53: every integer below it is exact as an f64.
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        if v.fract() == 0.0 && v.abs() < EXACT {
+            // Integral and within ±2^53, so the cast is exact.
+            Ok(v as i64)
+        } else {
+            Err(E::invalid_type(serde::de::Unexpected::Float(v), &self))
+        }
+    }
+}
+
+struct OptionalIntegerVisitor;
+
+impl<'de> serde::de::Visitor<'de> for OptionalIntegerVisitor {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an integer or null")
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+        integer(d).map(Some)
+    }
 }
 
 // ---- field checks --------------------------------------------------------------
@@ -213,7 +314,7 @@ pub fn same_currency(given: Option<&str>, expected: Currency) -> Result<(), ApiE
     let Some(given) = given else { return Ok(()) };
     let given = currency(given, "currency")?;
     if given != expected {
-        return Err(ApiError::invalid(
+        return Err(ApiError::state_conflict(
             "currency_mismatch",
             "currency",
             format!("the payment is in {expected}, not {given}"),
@@ -364,6 +465,36 @@ mod tests {
             "amount_too_large"
         );
         assert_eq!(amount(1, "amount").unwrap(), 1);
+    }
+
+    #[test]
+    fn integral_floats_are_integers_and_fractions_are_not() {
+        #[derive(Debug, Deserialize)]
+        struct Body {
+            #[serde(deserialize_with = "integer")]
+            amount: i64,
+            #[serde(default, deserialize_with = "optional_integer")]
+            limit: Option<i64>,
+        }
+        let parse = |text: &str| serde_json::from_str::<Body>(text).map(|b| (b.amount, b.limit));
+        assert_eq!(parse(r#"{"amount": 259}"#).unwrap(), (259, None));
+        assert_eq!(
+            parse(r#"{"amount": 259.0, "limit": 5.0}"#).unwrap(),
+            (259, Some(5))
+        );
+        assert_eq!(
+            parse(r#"{"amount": -3, "limit": null}"#).unwrap(),
+            (-3, None)
+        );
+        for bad in [
+            r#"{"amount": 10.5}"#,
+            r#"{"amount": 1e30}"#,
+            r#"{"amount": 18446744073709551615}"#,
+            r#"{"amount": "10"}"#,
+            r#"{"amount": 1, "limit": 0.5}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, ErrorType};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
+use crate::openapi::fields as req_schema;
 use crate::payments::json;
 use crate::requests as req;
 use crate::views::{PaymentResource, TimelineEvent};
@@ -102,6 +103,7 @@ impl FromRequestParts<MerchantApiState> for AuthedOperator {
 #[serde(deny_unknown_fields)]
 pub struct CreateOperatorRequest {
     /// Unique, e.g. `alice`. Recorded in history as `operator:<name>`.
+    #[schema(schema_with = operator_name_schema)]
     pub name: String,
 }
 
@@ -230,15 +232,61 @@ pub struct ReviewQueue {
 
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ReviewQueueQuery {
     /// List UNKNOWN attempts, captures and refunds older than this many
     /// milliseconds (default 15 minutes), besides flagged payments.
+    #[param(schema_with = unknown_age_schema)]
     pub unknown_older_than_ms: Option<i64>,
     /// At most this many payments (1 to 100, default 100).
+    #[param(schema_with = queue_limit_schema)]
     pub limit: Option<i64>,
 }
 
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// Letters, digits, `.`, `_` and `-` (checked in [`create_operator`]).
+fn operator_name_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME_CHARS))
+        .pattern(Some("^[A-Za-z0-9._-]+$"))
+        .description(Some(
+            "Unique, e.g. `alice`. Recorded in history as `operator:<name>`.",
+        ))
+        .build()
+}
+
+fn unknown_age_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::Integer)
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::Int64,
+        )))
+        .minimum(Some(0))
+        .description(Some(
+            "List UNKNOWN attempts, captures and refunds older than this many milliseconds \
+             (default 15 minutes), besides flagged payments.",
+        ))
+        .build()
+}
+
+fn queue_limit_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::Integer)
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::Int64,
+        )))
+        .minimum(Some(1))
+        .maximum(Some(MAX_QUEUE))
+        .description(Some(format!(
+            "At most this many payments (1 to {MAX_QUEUE}, default {MAX_QUEUE})."
+        )))
+        .build()
+}
+
+/// A proposal. Which fields go with which outcome is stated by its schema
+/// ([`proposal_schema`]) and checked by [`validate_proposal`].
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProposalRequest {
     /// See [`ProposalView::outcome`].
@@ -252,13 +300,120 @@ pub struct CreateProposalRequest {
     pub evidence_note: String,
     /// For `manual_refund` only: the amount to refund, in minor units of the
     /// payment's currency.
+    #[serde(default, deserialize_with = "req::optional_integer")]
     pub amount: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecideProposalRequest {
+    #[schema(schema_with = note_schema)]
     pub note: Option<String>,
+}
+
+fn note_schema() -> utoipa::openapi::Object {
+    req_schema::described(
+        req_schema::required_text(MAX_NOTE_CHARS, true),
+        "Why; recorded in history.",
+    )
+}
+
+impl utoipa::PartialSchema for CreateProposalRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::OneOf(proposal_schema()))
+    }
+}
+
+impl ToSchema for CreateProposalRequest {}
+
+/// One alternative per family of outcomes: those about an attempt, capture
+/// or refund need its `target_id`; `manual_refund` needs an `amount` and
+/// only it takes one; `fulfillment_compensate` takes one of the
+/// compensation reasons as `reason_code`.
+fn proposal_schema() -> utoipa::openapi::schema::OneOf {
+    use utoipa::openapi::schema::{
+        AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, Type,
+    };
+    let names = |outcomes: &mut dyn Iterator<Item = &ReviewOutcome>| -> Vec<&'static str> {
+        outcomes.map(|o| o.as_str()).collect()
+    };
+    let targeted = names(
+        &mut ReviewOutcome::ALL
+            .iter()
+            .filter(|o| o.target_kind().is_some()),
+    );
+    let plain = names(&mut ReviewOutcome::ALL.iter().filter(|o| {
+        o.target_kind().is_none()
+            && **o != ReviewOutcome::ManualRefund
+            && **o != ReviewOutcome::FulfillmentCompensate
+    }));
+    let compensation_reasons = sluice_core::CompensationReason::ALL
+        .iter()
+        .map(|r| r.as_str());
+    let null = || ObjectBuilder::new().schema_type(Type::Null).build();
+    let variant = |outcomes: Vec<&'static str>,
+                   target_id: utoipa::openapi::Object,
+                   amount: utoipa::openapi::Object,
+                   reason_code: utoipa::openapi::Object,
+                   required: &[&str]| {
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "outcome",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(outcomes)),
+            )
+            .property("target_id", target_id)
+            .property("reason_code", reason_code)
+            .property(
+                "evidence_note",
+                req_schema::required_text(MAX_NOTE_CHARS, false),
+            )
+            .property("amount", amount)
+            .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(false)));
+        for field in ["outcome", "reason_code", "evidence_note"]
+            .iter()
+            .chain(required)
+        {
+            object = object.required(*field);
+        }
+        object.build()
+    };
+    let reason_code = || req_schema::required_text(MAX_REASON_CODE_CHARS, false);
+    let ignored_target = || {
+        ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+                Type::String,
+                Type::Null,
+            ]))
+            .description(Some("Ignored for this outcome"))
+            .build()
+    };
+    OneOfBuilder::new()
+        .description(Some(
+            "A resolution for a second operator to approve. `outcome`: see ProposalView.              `target_id`: the attempt, capture or refund the outcome is about. `amount`:              for manual_refund only, in minor units of the payment's currency.",
+        ))
+        .item(variant(targeted, req_schema::id(false), null(), reason_code(), &["target_id"]))
+        .item(variant(plain, ignored_target(), null(), reason_code(), &[]))
+        .item(variant(
+            vec![ReviewOutcome::ManualRefund.as_str()],
+            ignored_target(),
+            req_schema::amount(),
+            reason_code(),
+            &["amount"],
+        ))
+        .item(variant(
+            vec![ReviewOutcome::FulfillmentCompensate.as_str()],
+            ignored_target(),
+            null(),
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(compensation_reasons))
+                .build(),
+            &[],
+        ))
+        .build()
 }
 
 fn review_error(error: ReviewError) -> ApiError {
@@ -274,11 +429,52 @@ fn review_error(error: ReviewError) -> ApiError {
         }
         ReviewError::Stale(_) => ApiError::conflict("proposal_stale", error.to_string()),
         ReviewError::Refused(_) => ApiError::conflict("resolution_refused", error.to_string()),
+        // The request itself was checked before (`validate_proposal`): what
+        // is left is about the payment's state (not flagged, fulfillment not
+        // under review).
         ReviewError::NotApplicable(_) => {
-            ApiError::bad_request("proposal_invalid", error.to_string())
+            ApiError::conflict("proposal_not_applicable", error.to_string())
         }
         ReviewError::Store(e) => e.into(),
     }
+}
+
+/// What [`proposal_schema`] states beyond each field's own format, checked
+/// before the payment is looked at: an amount goes with `manual_refund` and
+/// only with it; `fulfillment_compensate` names why.
+fn validate_proposal(
+    outcome: ReviewOutcome,
+    amount: Option<i64>,
+    reason_code: &str,
+) -> Result<(), ApiError> {
+    match (outcome == ReviewOutcome::ManualRefund, amount) {
+        (true, Some(amount)) => {
+            req::amount(amount, "amount")?;
+        }
+        (true, None) => {
+            return Err(ApiError::invalid(
+                "proposal_invalid",
+                "amount",
+                "manual_refund needs the amount to refund, in minor units",
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(ApiError::invalid(
+                "proposal_invalid",
+                "amount",
+                format!("outcome {} takes no amount", outcome.as_str()),
+            ))
+        }
+        (false, None) => {}
+    }
+    if let Some(Err(refused)) = outcome.fulfillment_resolution(reason_code) {
+        return Err(ApiError::invalid(
+            "proposal_invalid",
+            "reason_code",
+            refused.to_string(),
+        ));
+    }
+    Ok(())
 }
 
 fn id_or_404(id: &str, what: &str) -> Result<String, ApiError> {
@@ -376,9 +572,9 @@ pub async fn create_operator(
 /// attempt, capture or refund past its age; each with timeline and proposals.
 #[utoipa::path(
     get, path = "/admin/review/payments", tag = "review",
-    params(ReviewQueueQuery, ("Sluice-Operator-Key" = String, Header)),
+    params(ReviewQueueQuery),
     responses((status = 200, body = ReviewQueue), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("admin_token" = []))
+    security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn review_queue(
     State(state): State<MerchantApiState>,
@@ -421,9 +617,9 @@ pub async fn review_queue(
 /// One payment with its timeline and proposals.
 #[utoipa::path(
     get, path = "/admin/review/payments/{payment_id}", tag = "review",
-    params(("payment_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    params(("payment_id" = String, Path)),
     responses((status = 200, body = ReviewItem), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("admin_token" = []))
+    security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn review_payment(
     State(state): State<MerchantApiState>,
@@ -440,10 +636,10 @@ pub async fn review_payment(
 /// Propose a resolution. Changes no payment state; a second operator decides.
 #[utoipa::path(
     post, path = "/admin/review/payments/{payment_id}/proposals", tag = "review",
-    params(("payment_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    params(("payment_id" = String, Path)),
     request_body = CreateProposalRequest,
     responses((status = 201, body = ProposalView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("admin_token" = []))
+    security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn create_proposal(
     State(state): State<MerchantApiState>,
@@ -477,6 +673,7 @@ pub async fn create_proposal(
     };
     let reason_code = req::required_text(&body.reason_code, "reason_code", MAX_REASON_CODE_CHARS)?;
     let evidence_note = req::required_text(&body.evidence_note, "evidence_note", MAX_NOTE_CHARS)?;
+    validate_proposal(outcome, body.amount, &reason_code)?;
     let proposal = state
         .store
         .create_proposal(&NewProposal {
@@ -497,10 +694,10 @@ pub async fn create_proposal(
 /// operator event through the one door; idempotent for the same approver.
 #[utoipa::path(
     post, path = "/admin/review/proposals/{proposal_id}/approve", tag = "review",
-    params(("proposal_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    params(("proposal_id" = String, Path)),
     request_body = DecideProposalRequest,
     responses((status = 200, body = ProposalView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
-    security(("admin_token" = []))
+    security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn approve_proposal(
     State(state): State<MerchantApiState>,
@@ -535,10 +732,10 @@ pub async fn approve_proposal(
 /// payment state.
 #[utoipa::path(
     post, path = "/admin/review/proposals/{proposal_id}/reject", tag = "review",
-    params(("proposal_id" = String, Path), ("Sluice-Operator-Key" = String, Header)),
+    params(("proposal_id" = String, Path)),
     request_body = DecideProposalRequest,
     responses((status = 200, body = ProposalView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
-    security(("admin_token" = []))
+    security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn reject_proposal(
     State(state): State<MerchantApiState>,

@@ -261,7 +261,7 @@ fn cases() -> Vec<Case> {
             "no route for the adapter",
             with(&|b| b["routing"] = json!({"adapter": "stripe"})),
             json_ct,
-            400,
+            404,
             "no_route",
             Some("routing.adapter"),
         ),
@@ -343,5 +343,79 @@ dual_test! {
             .await;
         assert_eq!(delete.status, 405);
         assert_eq!(gw.count("payment_orders").await, 1);
+    }
+}
+
+dual_test! {
+    async fn an_integer_written_with_a_zero_fraction_is_that_integer(gw) {
+        // JSON Schema's `integer`, which the OpenAPI document promises, includes 100.0.
+        let m = gw.merchant("Acme").await;
+        let mut body = payment_body("order-float", 100);
+        body["amount"] = json!(100.0);
+        assert_eq!(body.to_string().matches("100.0").count(), 1);
+        let p = gw.post(&m.key, "/v1/payments", &body).await.expect(201).json();
+        assert_eq!(p["amount"], 100);
+        let refund = gw
+            .post(&m.key, &format!("/v1/payments/{}/refunds", p["id"].as_str().unwrap()), &json!({"amount": 5.0}))
+            .await;
+        refund.expect_error(409, "payment_state_invalid");
+    }
+}
+
+dual_test! {
+    async fn a_fulfillment_endpoint_secret_is_measured_in_characters_like_every_text(gw) {
+        let m = gw.merchant("Acme").await;
+        let path = format!("/admin/merchants/{}/fulfillment_endpoint", m.id);
+        let put = |secret: String| {
+            gw.send(
+                gw.http
+                    .put(gw.url(&path))
+                    .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+                    .header("content-type", "application/json")
+                    .body(json!({"url": "https://shop.example/fulfil", "secret": secret}).to_string()),
+            )
+        };
+        // 300 characters of two bytes each: 600 bytes, inside the document's 16 to 500 characters.
+        let set = put("é".repeat(300)).await.expect(200).json();
+        assert_eq!(set["secret_set"], true);
+        for refused in ["é".repeat(501), "é".repeat(15)] {
+            let error = put(refused).await.expect_error(400, "secret_invalid");
+            assert_eq!(error["param"], "secret");
+        }
+    }
+}
+
+dual_test! {
+    async fn a_well_formed_request_the_current_state_refuses_is_a_409_and_changes_nothing(gw) {
+        let m = gw.merchant("Acme").await;
+        gw.admin_post(
+            &format!("/admin/merchants/{}/connector_accounts", m.id),
+            &json!({"adapter": "test-well-behaved", "label": "second", "config": {"base_url": gw.psp.base_url()}}),
+        )
+        .await
+        .expect(201);
+        let p = gw.post(&m.key, "/v1/payments", &payment_body("order-two", 100)).await.expect(201).json();
+        let id = p["id"].as_str().unwrap();
+        let error = gw
+            .post(&m.key, &format!("/v1/payments/{id}/confirm"), &json!({}))
+            .await
+            .expect_error(409, "route_ambiguous");
+        assert_eq!(error["param"], "connector_account");
+        let operator = gw.admin_post("/admin/operators", &json!({"name": "alice"})).await.expect(201).json();
+        let dismiss = gw
+            .send(
+                gw.http
+                    .post(gw.url(&format!("/admin/review/payments/{id}/proposals")))
+                    .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+                    .header("sluice-operator-key", operator["key"].as_str().unwrap())
+                    .header("content-type", "application/json")
+                    .body(json!({"outcome": "dismiss", "reason_code": "noise", "evidence_note": "nothing to see"}).to_string()),
+            )
+            .await;
+        dismiss.expect_error(409, "proposal_not_applicable");
+        let after = gw.get(&m.key, &format!("/v1/payments/{id}")).await.expect(200).json();
+        assert_eq!(after["status"], "created");
+        assert_eq!(after["attempts"], json!([]));
+        assert_eq!(gw.count("review_proposals").await, 0);
     }
 }

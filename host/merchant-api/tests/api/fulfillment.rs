@@ -448,7 +448,7 @@ shop_test! {
         let body = json!({"attempt_reference": reference});
         // An unknown attempt is refused and changes nothing.
         let stranger = shop.post(&path, None, &json!({"attempt_reference": "att_stranger"})).await;
-        stranger.expect_error(400, "fulfillment_attempt_unknown");
+        stranger.expect_error(409, "fulfillment_attempt_unknown");
         assert_eq!(shop.fulfillment_state(&id).await, FulfillmentState::AwaitingFulfillment);
         let confirmed = shop.post(&path, Some("confirm-2"), &body).await.expect(200).json();
         assert_eq!(confirmed["fulfillment"]["state"], "fulfilled", "{confirmed}");

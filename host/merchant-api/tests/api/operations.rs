@@ -124,9 +124,9 @@ dual_test! {
         let (a, b) = tokio::join!(gw.post(&m.key, &path, &first), gw.post(&m.key, &path, &second));
         let mut statuses = [a.status, b.status];
         statuses.sort_unstable();
-        assert_eq!(statuses, [200, 400], "{} / {}", a.text(), b.text());
+        assert_eq!(statuses, [200, 409], "{} / {}", a.text(), b.text());
         let (ok, refused) = if a.status == 200 { (a, b) } else { (b, a) };
-        let error = refused.expect_error(400, "amount_exceeds_refundable");
+        let error = refused.expect_error(409, "amount_exceeds_refundable");
         assert_eq!(error["param"], "amount");
         let refund = ok.json();
         assert_eq!(refund["status"], "succeeded", "{refund}");
@@ -154,7 +154,7 @@ dual_test! {
 
         let refunds = format!("/v1/payments/{id}/refunds");
         let too_much = gw.post(&m.key, &refunds, &json!({"amount": 70})).await;
-        let error = too_much.expect_error(400, "amount_exceeds_refundable");
+        let error = too_much.expect_error(409, "amount_exceeds_refundable");
         assert!(error["message"].as_str().unwrap().contains("60"), "{error}");
         let unchanged = gw.get(&m.key, &format!("/v1/payments/{id}")).await.json();
         assert_eq!(unchanged["refunds"], json!([]));
@@ -167,7 +167,7 @@ dual_test! {
         let done = gw.get(&m.key, &format!("/v1/payments/{id}")).await.json();
         assert_eq!(done["amounts"]["refunded"], 60);
         assert_eq!(done["status"], "refunded");
-        gw.post(&m.key, &refunds, &json!({"amount": 1})).await.expect_error(400, "amount_exceeds_refundable");
+        gw.post(&m.key, &refunds, &json!({"amount": 1})).await.expect_error(409, "amount_exceeds_refundable");
         assert_eq!(gw.psp.refunds().len(), 2);
     }
 }
@@ -180,14 +180,14 @@ dual_test! {
         let capture = format!("/v1/payments/{id}/capture");
         let refunds = format!("/v1/payments/{id}/refunds");
         let cases: Vec<(&str, Value, u16, &str)> = vec![
-            (&capture, json!({"amount": 50, "currency": "USD"}), 400, "currency_mismatch"),
+            (&capture, json!({"amount": 50, "currency": "USD"}), 409, "currency_mismatch"),
             (&capture, json!({"amount": 0}), 400, "amount_invalid"),
             (&capture, json!({"amount": -5}), 400, "amount_invalid"),
             (&capture, json!({"amount": 1e30}), 400, "parameter_invalid"),
-            (&capture, json!({"amount": 101}), 400, "amount_exceeds_capturable"),
+            (&capture, json!({"amount": 101}), 409, "amount_exceeds_capturable"),
             (&capture, json!({"amount": 10, "note": "x"}), 400, "unknown_parameter"),
             (&capture, json!({"amount": 10, "currency": "usd"}), 400, "currency_invalid"),
-            (&refunds, json!({"amount": 10, "currency": "GBP"}), 400, "currency_mismatch"),
+            (&refunds, json!({"amount": 10, "currency": "GBP"}), 409, "currency_mismatch"),
             (&refunds, json!({"amount": 10, "reason": "r".repeat(501)}), 400, "string_too_long"),
             (&refunds, json!({"amount": 10}), 409, "payment_state_invalid"),
         ];
