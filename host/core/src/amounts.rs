@@ -278,7 +278,8 @@ impl Amounts {
             Effect::RecordPspReference { .. }
             | Effect::RecordNextAction { .. }
             | Effect::Emit(_)
-            | Effect::ScheduleQuery => Ok(self),
+            | Effect::ScheduleQuery
+            | Effect::RecordVoidRequest => Ok(self),
         }
     }
 

@@ -239,6 +239,7 @@ fn effects_for<S: Lifecycle>(
             Fx::SettleRefund => Effect::SettleRefund { amount_minor },
             Fx::ReleaseRefund => Effect::ReleaseRefund { amount_minor },
             Fx::ScheduleQuery => Effect::ScheduleQuery,
+            Fx::RecordVoidRequest => Effect::RecordVoidRequest,
             Fx::Emit(outbox) => Effect::Emit(outbox),
         })
         .collect();

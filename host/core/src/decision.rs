@@ -275,6 +275,9 @@ pub enum Effect {
     /// The outcome is unknown: schedule a query with the original reference
     /// (never a new charge). The store sets the row's next query time.
     ScheduleQuery,
+    /// A void of the authorization was recorded as sent: the store keeps the
+    /// time (the scanner queries the attempt until the PSP says).
+    RecordVoidRequest,
 }
 
 impl Effect {

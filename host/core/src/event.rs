@@ -1,6 +1,7 @@
 //! Normalised payment events: the only input that can move a state.
 //! They mirror the `event-kind`, `evidence-source` and `failure-category` of
-//! `wit/psp-adapter.wit`, plus the host-only `Operator` evidence.
+//! `wit/psp-adapter.wit`, plus the host-only `Operator` evidence and the
+//! host-only `VOID_SUBMITTED` kind.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,17 @@ text_enum! {
         RefundFailed => "REFUND_FAILED",
         RefundUnknown => "REFUND_UNKNOWN",
         Chargeback => "CHARGEBACK",
+        /// Host-only (never produced by an adapter): a void of an
+        /// authorization is recorded as sent through the door before the call,
+        /// so a crash after sending it converges by query.
+        VoidSubmitted => "VOID_SUBMITTED",
+    }
+}
+
+impl EventKind {
+    /// Kinds only the host builds: no adapter event maps to them.
+    pub fn is_host_only(&self) -> bool {
+        matches!(self, EventKind::VoidSubmitted)
     }
 }
 
@@ -155,6 +167,29 @@ impl PaymentEvent {
                 .failure
                 .as_ref()
                 .is_none_or(|failure| failure.category.is_definitive())
+    }
+}
+
+/// The failure code by which an adapter says, in answer to a query, that the
+/// PSP has no object with the original reference (e.g. a Stripe-format search
+/// that finds no PaymentIntent carrying the attempt reference). A convention
+/// of the contract until it has a typed "not found" (docs/psp-wire-subsets.md).
+pub const NOT_FOUND_CODE: &str = "not_found";
+
+impl PaymentEvent {
+    /// A query answer saying the PSP has no such payment (or refund): the only evidence
+    /// that lets recovery re-send the original request (with the same
+    /// idempotency key, within the PSP's retention: `decide_resend`).
+    pub fn proves_absence(&self) -> bool {
+        self.evidence == EvidenceSource::Query
+            && matches!(
+                self.kind,
+                EventKind::ResultUnknown | EventKind::RefundUnknown
+            )
+            && self
+                .failure
+                .as_ref()
+                .is_some_and(|failure| failure.code == NOT_FOUND_CODE)
     }
 }
 

@@ -73,7 +73,10 @@ pub use decision::{
     Aggregate, Cascade, Decision, Effect, IgnoreReason, OutboxEvent, ReconciliationReason,
     RejectReason,
 };
-pub use event::{EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
+pub use event::{
+    EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent,
+    NOT_FOUND_CODE,
+};
 pub use fulfillment::{
     compensation_refund_reference, decide_fulfillment, guard_compensation, BusinessFact,
     Compensation, CompensationReason, CompensationRefundOutcome, FactReading, FulfillmentDecision,
@@ -86,8 +89,9 @@ pub use projection::{
     client_status, refund_client_status, refund_reason, ClientStatus, PaymentView,
 };
 pub use recovery::{
-    decide_recovery, outbox_retry_delay, OutboxRetryPolicy, PendingItem, PendingState,
-    RecoveryAction, RecoveryPolicy,
+    authorization_expires_at, decide_recovery, decide_resend, outbox_retry_delay,
+    OutboxRetryPolicy, PendingItem, PendingState, RecoveryAction, RecoveryPolicy, Resend,
+    ResendCheck, DEFAULT_AUTHORIZATION_VALIDITY_MS,
 };
 pub use snapshot::{AttemptSnapshot, CaptureMode, CaptureSnapshot, OrderSnapshot, RefundSnapshot};
 pub use state::{AttemptState, CaptureState, OrderState, RefundState};

@@ -58,6 +58,8 @@ pub enum Fx {
     SettleRefund,
     ReleaseRefund,
     ScheduleQuery,
+    /// The host recorded a void of the authorization as sent.
+    RecordVoidRequest,
     Emit(OutboxEvent),
 }
 
@@ -131,6 +133,7 @@ pub const ATTEMPT_KINDS: &[EventKind] = &[
     K::ResultUnknown,
     K::PaymentCanceled,
     K::Chargeback,
+    K::VoidSubmitted,
 ];
 
 /// The event kinds a refund decides on.
@@ -244,6 +247,16 @@ pub static ATTEMPT_MATRIX: &[Row<AttemptState>] = {
         Row { from: &[A::Succeeded], kinds: &[K::Chargeback], evidence: ANY, outcome: To(A::Succeeded), effects: &[Fx::Emit(OutboxEvent::PaymentDisputed)], rule: "chargeback recorded; the payment's success stands" },
         // A chargeback proves money was taken; anywhere else it contradicts what we know.
         Row { from: &[A::Created, A::Submitted, A::Processing, A::RequiresAction, A::Authorized, A::Unknown, A::Failed, A::Canceled], kinds: &[K::Chargeback], evidence: ANY, outcome: Conflict, effects: &[], rule: "a chargeback on a payment we do not know as succeeded" },
+        // --- VOID_SUBMITTED (host-only) -----------------------------------------
+        // The host records a void as sent before the call (like SUBMITTED for a
+        // charge): the attempt stays AUTHORIZED (only the PSP's PAYMENT_CANCELED
+        // releases the funds) and the scanner queries it until the PSP says.
+        // Recording it twice is a duplicate (same event identity), so only one
+        // caller sends.
+        Row { from: &[A::Authorized], kinds: &[K::VoidSubmitted], evidence: PSP, outcome: To(A::Authorized), effects: &[Fx::RecordVoidRequest], rule: "void of the authorization recorded as sent: a crash after it converges by query" },
+        // Only an authorization can be voided; anywhere else the request was
+        // built from older news (the attempt moved meanwhile) and is not sent.
+        Row { from: &[A::Created, A::Submitted, A::Processing, A::RequiresAction, A::Unknown, A::Succeeded, A::Failed, A::Canceled], kinds: &[K::VoidSubmitted], evidence: ANY, outcome: Stale, effects: &[], rule: "only an authorized attempt is voided" },
         // --- terminal states absorb ---------------------------------------------
         // Seed §3 row 7: late progress after SUCCEEDED is stale, never a rollback.
         Row { from: &[A::Succeeded], kinds: &[K::AttemptSubmitted, K::PaymentProcessing, K::CustomerActionRequired, K::PaymentAuthorized, K::ResultUnknown], evidence: ANY, outcome: Stale, effects: &[], rule: "progress after success is stale; never rolls back" },

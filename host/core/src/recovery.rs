@@ -13,9 +13,27 @@
 //! | any UNKNOWN, due by its backoff               | `QueryWithBackoff` (exponential, jittered, capped)         |
 //! | any UNKNOWN older than `max_unknown_age_ms`   | `EscalateToManualReview` (querying goes on, slowly)        |
 //! | attempt REQUIRES_ACTION past its expiry       | `ExpireRequiresAction`: close the attempt, order EXPIRED   |
+//! | attempt AUTHORIZED, within its validity       | `NotYet` until the authorization expires (the merchant captures or voids meanwhile) |
+//! | attempt AUTHORIZED, past its validity         | `ExpireAuthorization`: query, then void what the PSP still holds |
+//! | attempt AUTHORIZED with a void recorded as sent | `QueryPsp` after the send timeout (the orchestrator re-sends the void, same key, while the PSP still holds the funds); `EscalateToManualReview` once the void is older than `max_unknown_age_ms` |
 //! | anything not due yet                          | `NotYet { next_retry_at_ms }`                              |
-//! | attempt AUTHORIZED                            | `Nothing`: the merchant captures or voids                  |
 //! | any terminal state                            | `Nothing`                                                  |
+//!
+//! An authorization's validity is `authorized_at + validity` (the connector
+//! account's or adapter's setting, else `authorization_validity_ms`, 7 days:
+//! Stripe cancels an uncaptured PaymentIntent after 7 days, card schemes hold
+//! most authorizations 7 days or more). At expiry the scanner first queries:
+//! the PSP may have expired it already (PAYMENT_CANCELED closes the attempt and
+//! the order), or it was captured elsewhere (PAYMENT_SUCCEEDED). Only if the
+//! PSP still holds the funds is the authorization voided, recorded as sent
+//! through the door first, so the order always reaches CANCELED (or a person,
+//! if the PSP never confirms the void) with the reason in its history.
+//!
+//! [`decide_resend`] is the one exception to "never send again", and it sends
+//! nothing new: after a query proved the PSP has no such payment (seed 000 §6:
+//! "渠道明确表示不存在且协议允许安全重试时，才可以使用相同单号再次发起扣款"), the
+//! original request is re-sent with the same reference (the PSP's idempotency
+//! key) while the attempt is younger than the PSP's key retention.
 //!
 //! No action ever creates a new charge, refund or capture: an unresolved
 //! outcome is only ever queried with the reference it was sent with (seed
@@ -92,6 +110,32 @@ pub struct PendingItem {
     pub expires_at_ms: Option<i64>,
     /// Already flagged for an operator (so it is not escalated again).
     pub in_manual_review: bool,
+    /// AUTHORIZED: when the authorization was recorded (None: use creation).
+    pub authorized_at_ms: Option<i64>,
+    /// AUTHORIZED: how long this connector's authorizations hold (None: the
+    /// policy's `authorization_validity_ms`).
+    pub authorization_validity_ms: Option<i64>,
+    /// AUTHORIZED: when a void was recorded as sent, if one was.
+    pub void_requested_at_ms: Option<i64>,
+}
+
+impl PendingItem {
+    /// A pending item with only its state, reference and creation time; the
+    /// other facts are filled in with struct-update syntax where known.
+    pub fn new(state: PendingState, reference: &str, created_at_ms: i64) -> Self {
+        PendingItem {
+            state,
+            reference: reference.to_owned(),
+            created_at_ms,
+            last_attempt_at_ms: None,
+            retry_count: 0,
+            expires_at_ms: None,
+            in_manual_review: false,
+            authorized_at_ms: None,
+            authorization_validity_ms: None,
+            void_requested_at_ms: None,
+        }
+    }
 }
 
 /// The knobs of the recovery scanner. All durations in milliseconds.
@@ -110,6 +154,8 @@ pub struct RecoveryPolicy {
     pub max_unknown_age_ms: i64,
     /// REQUIRES_ACTION expiry when the PSP named none.
     pub requires_action_ttl_ms: i64,
+    /// How long an authorization holds when its connector names no validity.
+    pub authorization_validity_ms: i64,
 }
 
 impl Default for RecoveryPolicy {
@@ -121,9 +167,14 @@ impl Default for RecoveryPolicy {
             max_backoff_ms: 3_600_000,
             max_unknown_age_ms: 24 * 3_600_000,
             requires_action_ttl_ms: 3_600_000,
+            authorization_validity_ms: DEFAULT_AUTHORIZATION_VALIDITY_MS,
         }
     }
 }
+
+/// Seven days: Stripe cancels an uncaptured PaymentIntent after 7 days, and
+/// card schemes guarantee most authorizations at least that long.
+pub const DEFAULT_AUTHORIZATION_VALIDITY_MS: i64 = 7 * 24 * 3_600_000;
 
 /// What the scanner does with one item.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -156,6 +207,16 @@ pub enum RecoveryAction {
         reference: String,
         next_retry_at_ms: i64,
     },
+    /// The authorization's validity ended (`expired_at_ms`): query once more
+    /// (the PSP may have expired or captured it), then void what the PSP
+    /// still holds, recorded as sent through the door before the call. If that
+    /// does not finish, the item is back at `next_retry_at_ms` and follows the
+    /// void.
+    ExpireAuthorization {
+        reference: String,
+        expired_at_ms: i64,
+        next_retry_at_ms: i64,
+    },
     /// Not due yet.
     NotYet { next_retry_at_ms: i64 },
     /// Nothing for the scanner: terminal, or waiting on the merchant.
@@ -178,6 +239,9 @@ impl RecoveryAction {
             | RecoveryAction::ExpireRequiresAction {
                 next_retry_at_ms, ..
             }
+            | RecoveryAction::ExpireAuthorization {
+                next_retry_at_ms, ..
+            }
             | RecoveryAction::NotYet { next_retry_at_ms } => Some(*next_retry_at_ms),
             RecoveryAction::Nothing => None,
         }
@@ -188,7 +252,8 @@ impl RecoveryAction {
         match self {
             RecoveryAction::QueryPsp { reference, .. }
             | RecoveryAction::QueryWithBackoff { reference, .. }
-            | RecoveryAction::ExpireRequiresAction { reference, .. } => Some(reference),
+            | RecoveryAction::ExpireRequiresAction { reference, .. }
+            | RecoveryAction::ExpireAuthorization { reference, .. } => Some(reference),
             RecoveryAction::EscalateToManualReview { .. }
             | RecoveryAction::NotYet { .. }
             | RecoveryAction::Nothing => None,
@@ -202,6 +267,7 @@ impl RecoveryAction {
             RecoveryAction::QueryWithBackoff { .. } => "query_with_backoff",
             RecoveryAction::EscalateToManualReview { .. } => "escalate_to_manual_review",
             RecoveryAction::ExpireRequiresAction { .. } => "expire_requires_action",
+            RecoveryAction::ExpireAuthorization { .. } => "expire_authorization",
             RecoveryAction::NotYet { .. } => "not_yet",
             RecoveryAction::Nothing => "nothing",
         }
@@ -296,7 +362,7 @@ pub fn decide_recovery(
         }
     }
     match item.state {
-        PendingState::Attempt(A::Authorized) => RecoveryAction::Nothing,
+        PendingState::Attempt(A::Authorized) => authorized(item, now_ms, jitter, policy),
         PendingState::Attempt(A::RequiresAction) => requires_action(item, now_ms, jitter, policy),
         PendingState::Attempt(A::Processing)
         | PendingState::Refund(RefundState::Processing)
@@ -392,6 +458,120 @@ fn requires_action(
             policy.backoff_delay(item.retry_count.saturating_add(1), jitter),
         ),
     }
+}
+
+/// When `item`'s authorization stops being valid.
+pub fn authorization_expires_at(item: &PendingItem, policy: &RecoveryPolicy) -> i64 {
+    let validity = item
+        .authorization_validity_ms
+        .unwrap_or(policy.authorization_validity_ms)
+        .max(0);
+    item.authorized_at_ms
+        .unwrap_or(item.created_at_ms)
+        .saturating_add(validity)
+}
+
+/// An AUTHORIZED attempt: follow a void recorded as sent, else watch the
+/// authorization's validity (module docs).
+fn authorized(
+    item: &PendingItem,
+    now_ms: i64,
+    jitter: f64,
+    policy: &RecoveryPolicy,
+) -> RecoveryAction {
+    let next_retry_at_ms = after(
+        now_ms,
+        policy.backoff_delay(item.retry_count.saturating_add(1), jitter),
+    );
+    if let Some(requested_at) = item.void_requested_at_ms {
+        let age_ms = now_ms.saturating_sub(requested_at);
+        if !item.in_manual_review && age_ms >= policy.max_unknown_age_ms {
+            return RecoveryAction::EscalateToManualReview {
+                reference: item.reference.clone(),
+                age_ms,
+                next_retry_at_ms,
+            };
+        }
+        return query_after(item, policy.submitted_timeout_ms, now_ms, jitter, policy);
+    }
+    let expired_at_ms = authorization_expires_at(item, policy);
+    if now_ms < expired_at_ms {
+        return RecoveryAction::NotYet {
+            next_retry_at_ms: expired_at_ms,
+        };
+    }
+    RecoveryAction::ExpireAuthorization {
+        reference: item.reference.clone(),
+        expired_at_ms,
+        next_retry_at_ms,
+    }
+}
+
+/// What recovery knows after querying an attempt or a refund, to decide on a
+/// re-send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResendCheck {
+    /// The item's state after the query's answer went through the door.
+    pub state: PendingState,
+    /// The query's answer proved the PSP has no payment with the reference
+    /// ([`crate::PaymentEvent::proves_absence`]).
+    pub query_proved_absent: bool,
+    /// When the item (and so its reference) was created: never later than
+    /// the first request that carried the key.
+    pub created_at_ms: i64,
+    pub now_ms: i64,
+    /// How long the connector's PSP honours an idempotency key (less a margin):
+    /// the adapter's or connector account's `resend_window_ms`. None: the
+    /// protocol makes no re-send safe.
+    pub resend_window_ms: Option<i64>,
+}
+
+/// Whether to re-send an attempt's original request, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Resend {
+    /// Re-send the original request with the same reference (same key).
+    Resend,
+    /// Do not; the attempt stays as it is, and recovery goes on querying.
+    Keep { reason: &'static str },
+}
+
+/// Seed 000 §6: query by the original reference first; only where the PSP
+/// clearly has no such payment and its protocol makes a retry safe (the same
+/// idempotency key within the PSP's retention) is the original request sent
+/// again. A key older than the retention could let a second charge through,
+/// so an item outside the window is never re-sent: it goes on being queried
+/// and reaches an operator by age like any UNKNOWN. Attempts (SUBMITTED or
+/// UNKNOWN) and refunds (PROCESSING or UNKNOWN: recorded as sent) qualify; a
+/// capture does not (the contract has no capture query that could prove one
+/// absent).
+pub fn decide_resend(check: &ResendCheck) -> Resend {
+    let open = matches!(
+        check.state,
+        PendingState::Attempt(AttemptState::Submitted | AttemptState::Unknown)
+            | PendingState::Refund(RefundState::Processing | RefundState::Unknown)
+    );
+    if !open {
+        return Resend::Keep {
+            reason: "the PSP reported it, or nothing can prove it absent: nothing to re-send",
+        };
+    }
+    if !check.query_proved_absent {
+        return Resend::Keep {
+            reason: "the query did not prove the PSP has no such payment",
+        };
+    }
+    let Some(window) = check.resend_window_ms.filter(|w| *w > 0) else {
+        return Resend::Keep {
+            reason: "the connector declares no safe re-send window",
+        };
+    };
+    let age = check.now_ms.saturating_sub(check.created_at_ms);
+    if age < 0 || age >= window {
+        return Resend::Keep {
+            reason: "the attempt is older than the PSP's idempotency retention",
+        };
+    }
+    Resend::Resend
 }
 
 /// The merchant-webhook (and JetStream) redelivery schedule: exponential from

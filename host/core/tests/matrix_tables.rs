@@ -109,6 +109,7 @@ fn attempt_grid_verified() -> Vec<(EventKind, Vec<X<AttemptState>>)> {
         (K::RefundFailed,           wrong9()),
         (K::RefundUnknown,          wrong9()),
         (K::Chargeback,             vec![Rec, Rec, Rec, Rec, Rec, To(A::Succeeded, KEEP), Rec, Rec, Rec]),
+        (K::VoidSubmitted,          vec![Stale, Stale, Stale, Stale, To(A::Authorized, KEEP), Stale, Stale, Stale, Stale]),
     ]
 }
 
@@ -154,6 +155,7 @@ fn attempt_matrix_with_sync_evidence_cannot_leave_unknown() {
         (K::RefundFailed,           wrong9()),
         (K::RefundUnknown,          wrong9()),
         (K::Chargeback,             vec![Rec, Rec, Rec, Rec, Rec, To(A::Succeeded, KEEP), Rec, Rec, Rec]),
+        (K::VoidSubmitted,          vec![Stale, Stale, Stale, Stale, To(A::Authorized, KEEP), Stale, Stale, Stale, Stale]),
     ];
     check_grid("attempt/sync", &ATTEMPT_COLUMNS, &grid, decide_attempt_in(CaptureMode::Manual), |k| event(k, E::SyncResponse));
 }
@@ -178,6 +180,7 @@ fn attempt_matrix_lets_an_operator_close_open_states_but_never_report_progress()
         (K::RefundFailed,           wrong9()),
         (K::RefundUnknown,          wrong9()),
         (K::Chargeback,             vec![Rec, Rec, Rec, Rec, Rec, To(A::Succeeded, KEEP), Rec, Rec, Rec]),
+        (K::VoidSubmitted,          vec![Stale, Stale, Stale, Stale, Evid, Stale, Stale, Stale, Stale]),
     ];
     check_grid("attempt/operator", &ATTEMPT_COLUMNS, &grid, decide_attempt_in(CaptureMode::Manual), |k| event(k, E::Operator));
 }

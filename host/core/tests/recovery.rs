@@ -19,15 +19,7 @@ fn policy() -> RecoveryPolicy {
 }
 
 fn item(state: PendingState) -> PendingItem {
-    PendingItem {
-        state,
-        reference: "att_1".into(),
-        created_at_ms: T0,
-        last_attempt_at_ms: None,
-        retry_count: 0,
-        expires_at_ms: None,
-        in_manual_review: false,
-    }
+    PendingItem::new(state, "att_1", T0)
 }
 
 fn every_state() -> Vec<PendingState> {
@@ -44,6 +36,7 @@ enum K {
     QueryBackoff,
     Escalate,
     Expire,
+    ExpireAuth,
     NotYet,
     Nothing,
 }
@@ -54,6 +47,7 @@ fn kind(action: &RecoveryAction) -> K {
         RecoveryAction::QueryWithBackoff { .. } => K::QueryBackoff,
         RecoveryAction::EscalateToManualReview { .. } => K::Escalate,
         RecoveryAction::ExpireRequiresAction { .. } => K::Expire,
+        RecoveryAction::ExpireAuthorization { .. } => K::ExpireAuth,
         RecoveryAction::NotYet { .. } => K::NotYet,
         RecoveryAction::Nothing => K::Nothing,
     }
@@ -72,7 +66,8 @@ fn every_pending_state_has_its_recovery_action() {
         (P::Attempt(A::Submitted),      [NotYet, Query,  Query,   Query]),
         (P::Attempt(A::Processing),     [NotYet, NotYet, Query,   Query]),
         (P::Attempt(A::RequiresAction), [NotYet, NotYet, NotYet,  Expire]),
-        (P::Attempt(A::Authorized),     [Nothing, Nothing, Nothing, Nothing]),
+        // Within its 7 days; the merchant captures or voids meanwhile.
+        (P::Attempt(A::Authorized),     [NotYet, NotYet, NotYet,  NotYet]),
         (P::Attempt(A::Succeeded),      [Nothing, Nothing, Nothing, Nothing]),
         (P::Attempt(A::Failed),         [Nothing, Nothing, Nothing, Nothing]),
         (P::Attempt(A::Canceled),       [Nothing, Nothing, Nothing, Nothing]),
@@ -346,18 +341,27 @@ fn arb_item() -> impl Strategy<Value = PendingItem> {
         t.clone(),
         proptest::option::of(t.clone()),
         0u32..200,
-        proptest::option::of(t),
+        proptest::option::of(t.clone()),
         any::<bool>(),
+        (
+            proptest::option::of(t.clone()),
+            proptest::option::of(0i64..40 * DAY),
+            proptest::option::of(t),
+        ),
     )
         .prop_map(
-            |(state, created, last, retry_count, expires, in_manual_review)| PendingItem {
-                state,
-                reference: "ref_orig".into(),
-                created_at_ms: created,
-                last_attempt_at_ms: last,
-                retry_count,
-                expires_at_ms: expires,
-                in_manual_review,
+            |(state, created, last, retry_count, expires, in_manual_review, authorization)| {
+                let (authorized_at, validity, void_requested_at) = authorization;
+                PendingItem {
+                    last_attempt_at_ms: last,
+                    retry_count,
+                    expires_at_ms: expires,
+                    in_manual_review,
+                    authorized_at_ms: authorized_at,
+                    authorization_validity_ms: validity,
+                    void_requested_at_ms: void_requested_at,
+                    ..PendingItem::new(state, "ref_orig", created)
+                }
             },
         )
 }
@@ -386,8 +390,8 @@ proptest! {
             let bound = p.max_backoff_ms.max(p.processing_timeout_ms).max(p.submitted_timeout_ms);
             prop_assert!(action.next_retry_at_ms().unwrap() - now <= bound);
         }
-        prop_assert_eq!(action == RecoveryAction::Nothing,
-            item.state.is_terminal() || item.state == P::Attempt(A::Authorized));
+        // Every non-terminal state keeps an exit (seed 000 §4), AUTHORIZED too.
+        prop_assert_eq!(action == RecoveryAction::Nothing, item.state.is_terminal());
     }
 
     #[test]
@@ -433,6 +437,233 @@ proptest! {
                 matches!(second, RecoveryAction::NotYet { .. }),
                 "{first:?} then {second:?}"
             );
+        }
+    }
+}
+
+// --- AUTHORIZED: the validity watch and the void recorded as sent ----------
+
+fn authorized() -> PendingItem {
+    PendingItem {
+        authorized_at_ms: Some(T0 + HOUR),
+        ..item(P::Attempt(A::Authorized))
+    }
+}
+
+#[test]
+fn an_authorization_waits_for_its_validity_to_end_and_is_then_expired_with_its_original_reference()
+{
+    let auth = authorized();
+    let expires = T0 + HOUR + DEFAULT_AUTHORIZATION_VALIDITY_MS;
+    assert_eq!(policy().authorization_validity_ms, 7 * DAY);
+    assert_eq!(authorization_expires_at(&auth, &policy()), expires);
+    assert_eq!(
+        decide_recovery(&auth, expires - 1, 0.4, &policy()),
+        RecoveryAction::NotYet {
+            next_retry_at_ms: expires
+        },
+        "looked at again exactly when it expires"
+    );
+    assert_eq!(
+        decide_recovery(&auth, expires, 0.4, &policy()),
+        RecoveryAction::ExpireAuthorization {
+            reference: "att_1".into(),
+            expired_at_ms: expires,
+            next_retry_at_ms: expires + policy().backoff_delay(1, 0.4),
+        }
+    );
+}
+
+#[test]
+fn the_connector_account_or_adapter_validity_wins_over_the_default() {
+    let auth = PendingItem {
+        authorization_validity_ms: Some(2 * DAY),
+        ..authorized()
+    };
+    let expires = T0 + HOUR + 2 * DAY;
+    assert_eq!(authorization_expires_at(&auth, &policy()), expires);
+    assert_eq!(
+        kind(&decide_recovery(&auth, expires - 1, 0.0, &policy())),
+        K::NotYet
+    );
+    assert_eq!(
+        kind(&decide_recovery(&auth, expires, 0.0, &policy())),
+        K::ExpireAuth
+    );
+    // An authorization recorded before the door kept its time: from creation.
+    let legacy = PendingItem {
+        authorized_at_ms: None,
+        ..auth
+    };
+    assert_eq!(authorization_expires_at(&legacy, &policy()), T0 + 2 * DAY);
+}
+
+#[test]
+fn a_void_recorded_as_sent_is_queried_after_the_send_timeout_and_escalated_once_past_the_maximum_age(
+) {
+    let sent_at = T0 + 2 * HOUR;
+    let voiding = PendingItem {
+        void_requested_at_ms: Some(sent_at),
+        last_attempt_at_ms: Some(sent_at),
+        ..authorized()
+    };
+    let timeout = policy().submitted_timeout_ms;
+    assert_eq!(
+        decide_recovery(&voiding, sent_at + timeout - 1, 0.0, &policy()),
+        RecoveryAction::NotYet {
+            next_retry_at_ms: sent_at + timeout
+        }
+    );
+    assert_eq!(
+        decide_recovery(&voiding, sent_at + timeout, 0.0, &policy()),
+        RecoveryAction::QueryPsp {
+            reference: "att_1".into(),
+            next_retry_at_ms: sent_at + timeout + policy().backoff_delay(1, 0.0).max(timeout),
+        }
+    );
+    let old = sent_at + policy().max_unknown_age_ms;
+    assert_eq!(
+        kind(&decide_recovery(&voiding, old, 0.0, &policy())),
+        K::Escalate
+    );
+    let flagged = PendingItem {
+        in_manual_review: true,
+        ..voiding
+    };
+    assert_eq!(
+        kind(&decide_recovery(&flagged, old, 0.0, &policy())),
+        K::Query,
+        "escalated once, queried on"
+    );
+}
+
+fn resend_check() -> ResendCheck {
+    ResendCheck {
+        state: P::Attempt(A::Unknown),
+        query_proved_absent: true,
+        created_at_ms: T0,
+        now_ms: T0 + HOUR,
+        resend_window_ms: Some(23 * HOUR),
+    }
+}
+
+#[test]
+fn the_original_request_is_re_sent_only_when_the_psp_has_no_such_payment_within_its_key_retention()
+{
+    assert_eq!(decide_resend(&resend_check()), Resend::Resend);
+    for state in [
+        P::Attempt(A::Submitted),
+        P::Refund(R::Processing),
+        P::Refund(R::Unknown),
+    ] {
+        let check = ResendCheck {
+            state,
+            ..resend_check()
+        };
+        assert_eq!(decide_resend(&check), Resend::Resend, "{state:?}");
+    }
+    for refused in [
+        ResendCheck {
+            query_proved_absent: false,
+            ..resend_check()
+        },
+        ResendCheck {
+            resend_window_ms: None,
+            ..resend_check()
+        },
+        ResendCheck {
+            resend_window_ms: Some(0),
+            ..resend_check()
+        },
+        ResendCheck {
+            now_ms: T0 + 23 * HOUR,
+            ..resend_check()
+        },
+        ResendCheck {
+            now_ms: T0 - 1,
+            ..resend_check()
+        },
+    ] {
+        assert!(
+            matches!(decide_resend(&refused), Resend::Keep { .. }),
+            "{refused:?}"
+        );
+    }
+    for state in every_state() {
+        let open = matches!(
+            state,
+            P::Attempt(A::Submitted | A::Unknown) | P::Refund(R::Processing | R::Unknown)
+        );
+        if !open {
+            let check = ResendCheck {
+                state,
+                ..resend_check()
+            };
+            assert!(
+                matches!(decide_resend(&check), Resend::Keep { .. }),
+                "{state:?}: known to the PSP, or nothing can prove it absent"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    #[test]
+    fn an_authorized_attempt_always_keeps_an_exit_and_is_never_expired_early(
+        item in arb_item(),
+        now in (T0 - 10 * DAY)..(T0 + 13_000 * DAY),
+        jitter in arb_jitter(),
+    ) {
+        let mut item = item;
+        item.state = P::Attempt(A::Authorized);
+        let p = policy();
+        let action = decide_recovery(&item, now, jitter, &p);
+        prop_assert!(action.next_retry_at_ms().is_some_and(|next| next > now), "{action:?}");
+        match &action {
+            RecoveryAction::ExpireAuthorization { reference, expired_at_ms, .. } => {
+                prop_assert!(item.void_requested_at_ms.is_none());
+                prop_assert_eq!(*expired_at_ms, authorization_expires_at(&item, &p));
+                prop_assert!(now >= *expired_at_ms, "expired early");
+                prop_assert_eq!(reference.as_str(), "ref_orig");
+            }
+            RecoveryAction::NotYet { next_retry_at_ms } if item.void_requested_at_ms.is_none() => {
+                prop_assert_eq!(*next_retry_at_ms, authorization_expires_at(&item, &p));
+            }
+            RecoveryAction::QueryPsp { reference, .. }
+            | RecoveryAction::EscalateToManualReview { reference, .. } => {
+                prop_assert!(item.void_requested_at_ms.is_some(), "{action:?}");
+                prop_assert_eq!(reference.as_str(), "ref_orig");
+            }
+            RecoveryAction::NotYet { .. } => {}
+            other => prop_assert!(false, "AUTHORIZED led to {:?}", other),
+        }
+    }
+
+    #[test]
+    fn a_re_send_never_happens_outside_the_retention_or_without_proof_of_absence(
+        state in arb_state(),
+        absent in any::<bool>(),
+        created in (T0 - 10 * DAY)..(T0 + 10 * DAY),
+        now in (T0 - 10 * DAY)..(T0 + 20 * DAY),
+        window in proptest::option::of(-DAY..3 * DAY),
+    ) {
+        let check = ResendCheck {
+            state,
+            query_proved_absent: absent,
+            created_at_ms: created,
+            now_ms: now,
+            resend_window_ms: window,
+        };
+        if decide_resend(&check) == Resend::Resend {
+            prop_assert!(absent);
+            prop_assert!(matches!(
+                state,
+                P::Attempt(A::Submitted | A::Unknown) | P::Refund(R::Processing | R::Unknown)
+            ));
+            let window = window.unwrap_or(0);
+            prop_assert!(now >= created && now - created < window);
         }
     }
 }

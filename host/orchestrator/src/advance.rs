@@ -32,6 +32,7 @@ use crate::call::{self, Connector, NotSent};
 use crate::config::millis;
 use crate::convert::{Operation, OperationSpec};
 use crate::error::OrchestratorError;
+use crate::exits::Absent;
 use crate::orchestrator::{
     metadata_pairs, DecisionTally, Orchestrator, OwnAggregate, Target, Trigger,
 };
@@ -57,6 +58,14 @@ pub enum Action {
     /// The operation was sent to the PSP. `unknown` holds the host's reason
     /// when the outcome could not be learned (the aggregate is then UNKNOWN).
     Sent {
+        operation: Operation,
+        unknown: Option<String>,
+        decisions: DecisionTally,
+    },
+    /// A query proved the PSP has no such payment, and the original request
+    /// was sent again with the same reference (its idempotency key), within
+    /// the PSP's retention (`sluice_core::decide_resend`).
+    Resent {
         operation: Operation,
         unknown: Option<String>,
         decisions: DecisionTally,
@@ -118,9 +127,12 @@ impl Orchestrator {
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
         use AttemptState as A;
+        let recovering = matches!(trigger, Trigger::Scanner | Trigger::Operator);
         match attempt.state {
             state if state.is_terminal() => return Ok(Action::Final),
-            A::Authorized => {
+            // A void recorded as sent is followed by recovery (query, then
+            // the same void again while the PSP still holds the funds).
+            A::Authorized if !(recovering && attempt.void_requested_at.is_some()) => {
                 return Ok(Action::Waiting {
                     reason: "authorized: the merchant captures or voids",
                 })
@@ -143,17 +155,13 @@ impl Orchestrator {
                 self.submit_attempt(attempt, &order, &connector, &own, trigger)
                     .await
             }
+            A::Authorized => {
+                self.follow_void(attempt, &order, &connector, &own, trigger)
+                    .await
+            }
             A::Unknown => {
-                let spec = attempt_spec(Operation::QueryPayment, attempt, &order);
-                self.query(
-                    PendingKind::Attempt,
-                    &attempt.id,
-                    &connector,
-                    &own,
-                    &spec,
-                    trigger,
-                )
-                .await
+                self.query_attempt(attempt, &order, &connector, &own, trigger)
+                    .await
             }
             _ if !self.may_query(
                 trigger,
@@ -166,16 +174,8 @@ impl Orchestrator {
                 })
             }
             _ => {
-                let spec = attempt_spec(Operation::QueryPayment, attempt, &order);
-                self.query(
-                    PendingKind::Attempt,
-                    &attempt.id,
-                    &connector,
-                    &own,
-                    &spec,
-                    trigger,
-                )
-                .await
+                self.query_attempt(attempt, &order, &connector, &own, trigger)
+                    .await
             }
         }
     }
@@ -466,15 +466,36 @@ impl Orchestrator {
                     refund.amount,
                     refund.psp_reference.clone(),
                 );
-                self.query(
-                    PendingKind::Refund,
-                    &refund.id,
-                    &connector,
-                    &own,
-                    &spec,
-                    trigger,
-                )
-                .await
+                let (queried, learned) = self
+                    .query_learning(
+                        PendingKind::Refund,
+                        &refund.id,
+                        &connector,
+                        &own,
+                        &spec,
+                        trigger,
+                    )
+                    .await?;
+                if !learned.absent {
+                    return Ok(queried);
+                }
+                let resend = action_spec(
+                    Operation::Refund,
+                    &attempt,
+                    &order,
+                    &refund.reference,
+                    refund.amount,
+                    None,
+                );
+                let absent = Absent {
+                    kind: PendingKind::Refund,
+                    id: &refund.id,
+                    created_at: refund.created_at,
+                    query: &spec,
+                    resend: &resend,
+                };
+                self.resend_if_safe(absent, queried, &connector, &own, trigger)
+                    .await
             }
         }
     }
@@ -504,7 +525,7 @@ impl Orchestrator {
 
     /// Record "sent" through the door before the call. True when this caller
     /// applied it (and so owns the send); false when another caller did.
-    async fn record_sent(
+    pub(crate) async fn record_sent(
         &self,
         target: EventTarget,
         event: PaymentEvent,
@@ -521,7 +542,7 @@ impl Orchestrator {
         Ok(applied == DecisionKind::Applied)
     }
 
-    async fn apply_host_event(
+    pub(crate) async fn apply_host_event(
         &self,
         target: EventTarget,
         event: PaymentEvent,
@@ -572,7 +593,7 @@ impl Orchestrator {
         self.send(connector, own, spec, request, provenance).await
     }
 
-    async fn send(
+    pub(crate) async fn send(
         &self,
         connector: &Connector,
         own: &OwnAggregate,
@@ -580,19 +601,36 @@ impl Orchestrator {
         request: &crate::transport::CheckedRequest,
         provenance: &Provenance,
     ) -> Result<Action, OrchestratorError> {
+        let (action, _) = self
+            .send_learning(connector, own, spec, request, provenance)
+            .await?;
+        Ok(action)
+    }
+
+    /// [`Self::send`], also telling what the answer showed.
+    pub(crate) async fn send_learning(
+        &self,
+        connector: &Connector,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        request: &crate::transport::CheckedRequest,
+        provenance: &Provenance,
+    ) -> Result<(Action, Learned), OrchestratorError> {
         let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
+        let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
             .apply_outcome(connector, own, spec, outcome, provenance)
             .await?;
-        Ok(Action::Sent {
+        let action = Action::Sent {
             operation: spec.operation,
             unknown,
             decisions: DecisionTally::of(&applied),
-        })
+        };
+        Ok((action, learned))
     }
 
-    async fn query(
+    pub(crate) async fn query(
         &self,
         kind: PendingKind,
         id: &str,
@@ -601,22 +639,58 @@ impl Orchestrator {
         spec: &OperationSpec,
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
+        let (action, _) = self
+            .query_learning(kind, id, connector, own, spec, trigger)
+            .await?;
+        Ok(action)
+    }
+
+    /// [`Self::query`], also telling what the answer showed.
+    pub(crate) async fn query_learning(
+        &self,
+        kind: PendingKind,
+        id: &str,
+        connector: &Connector,
+        own: &OwnAggregate,
+        spec: &OperationSpec,
+        trigger: Trigger,
+    ) -> Result<(Action, Learned), OrchestratorError> {
         let request = match call::prepare(connector, spec).await? {
             Ok(request) => request,
-            Err(not_sent) => return Ok(not_sent.into()),
+            Err(not_sent) => return Ok((not_sent.into(), Learned::default())),
         };
         self.store().note_psp_call(kind, id).await?;
         let provenance = Self::provenance(connector, trigger);
         let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, &request).await;
+        let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
             .apply_outcome(connector, own, spec, outcome, &provenance)
             .await?;
-        Ok(Action::Queried {
+        let action = Action::Queried {
             operation: spec.operation,
             unknown,
             decisions: DecisionTally::of(&applied),
-        })
+        };
+        Ok((action, learned))
+    }
+}
+
+/// What one PSP answer showed, beyond the events the door applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Learned {
+    /// A query answer proving the PSP has no such payment.
+    pub absent: bool,
+    /// The PSP's payment id the answer named.
+    pub psp_payment_reference: Option<String>,
+}
+
+impl From<&call::CallOutcome> for Learned {
+    fn from(outcome: &call::CallOutcome) -> Self {
+        Learned {
+            absent: outcome.proves_absence(),
+            psp_payment_reference: outcome.psp_payment_reference(),
+        }
     }
 }
 
@@ -671,7 +745,7 @@ pub(crate) fn attempt_spec(
 }
 
 /// The context of a capture or refund operation (or its query).
-fn action_spec(
+pub(crate) fn action_spec(
     operation: Operation,
     attempt: &PaymentAttempt,
     order: &PaymentOrder,

@@ -27,6 +27,9 @@ pub(crate) struct Connector {
     /// Only this account's settings and secrets.
     pub scope: ConnectorAccountScope,
     pub budget: CallBudget,
+    /// What recovery may rely on for this connector (re-send window,
+    /// authorization validity).
+    pub recovery: crate::config::ConnectorRecovery,
 }
 
 impl std::fmt::Debug for Connector {
@@ -100,6 +103,27 @@ impl CallOutcome {
         match self {
             CallOutcome::Answered(_) => None,
             CallOutcome::Unknown { code, .. } => Some(code),
+        }
+    }
+
+    /// The PSP answered a query saying it has no such payment.
+    pub fn proves_absence(&self) -> bool {
+        match self {
+            CallOutcome::Answered(events) => events.iter().any(PaymentEvent::proves_absence),
+            CallOutcome::Unknown { .. } => false,
+        }
+    }
+
+    /// The PSP's payment id an answer names, if any.
+    pub fn psp_payment_reference(&self) -> Option<String> {
+        match self {
+            CallOutcome::Answered(events) => events.iter().find_map(|event| {
+                event
+                    .psp_payment_reference
+                    .clone()
+                    .or_else(|| event.psp_reference.clone())
+            }),
+            CallOutcome::Unknown { .. } => None,
         }
     }
 }

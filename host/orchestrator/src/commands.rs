@@ -26,7 +26,8 @@ use crate::call;
 use crate::config::millis;
 use crate::convert::Operation;
 use crate::error::OrchestratorError;
-use crate::orchestrator::{DecisionTally, Orchestrator, OwnAggregate, Target, Trigger};
+use crate::exits::VoidReason;
+use crate::orchestrator::{Orchestrator, OwnAggregate, Target, Trigger};
 
 /// What a merchant creates a payment with.
 #[derive(Debug, Clone, PartialEq)]
@@ -265,9 +266,11 @@ impl Orchestrator {
     }
 
     /// Void an authorization (manual capture, nothing captured or in flight).
-    /// The PSP's PAYMENT_CANCELED is what cancels the payment; a void whose
-    /// outcome is unknown leaves it authorized, and may be sent again (same
-    /// reference).
+    /// The void is recorded as sent through the door before the call; the
+    /// PSP's PAYMENT_CANCELED is what cancels the payment. A void whose outcome
+    /// is unknown (or whose sender crashed) leaves it authorized, and the
+    /// recovery scanner queries it and sends the same void again (same
+    /// reference) until the PSP says.
     pub async fn void(
         &self,
         merchant_id: &str,
@@ -284,33 +287,27 @@ impl Orchestrator {
         request_void(&snapshot, &attempt.snapshot())
             .map_err(|refused| OrchestratorError::InvalidState(refused.to_string()))?;
         let connector = self.connector(&attempt.connector_account_id).await?;
+        // Refuse what the adapter cannot build before anything is recorded.
         let spec = attempt_spec(Operation::Void, &attempt, &details.order);
-        let request = call::prepare(&connector, &spec)
+        call::prepare(&connector, &spec)
             .await?
             .map_err(|not_sent| OrchestratorError::InvalidRequest(not_sent.message))?;
         let this = self.clone();
-        let own = OwnAggregate::Attempt {
-            reference: attempt.reference.clone(),
-            mode: attempt.capture_mode,
-        };
+        let order = details.order.clone();
         let span = tracing::info_span!("void", payment_id, attempt_id = %attempt.id,
             adapter = %attempt.adapter);
+        // Recorded as sent through the door, then sent (`exits.rs`).
         let waited = self
             .wait_for(
                 async move {
-                    let provenance = Orchestrator::provenance(&connector, Trigger::Api);
-                    let outcome =
-                        call::perform(this.inner.transport.as_ref(), &connector, &spec, &request)
-                            .await;
-                    let unknown = outcome.unknown_code().map(str::to_owned);
-                    let applied = this
-                        .apply_outcome(&connector, &own, &spec, outcome, &provenance)
-                        .await?;
-                    Ok(Action::Sent {
-                        operation: Operation::Void,
-                        unknown,
-                        decisions: DecisionTally::of(&applied),
-                    })
+                    this.void_authorization(
+                        &attempt,
+                        &order,
+                        &connector,
+                        Trigger::Api,
+                        VoidReason::Merchant,
+                    )
+                    .await
                 },
                 span,
             )

@@ -1,5 +1,6 @@
 //! How the orchestrator is tuned. Every duration is a budget, never "wait forever".
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Orchestrator settings.
@@ -19,6 +20,56 @@ pub struct OrchestratorConfig {
     /// it; an API trigger then waits instead of querying.
     pub in_flight_grace: Duration,
     pub inbox: InboxConfig,
+    /// Recovery facts of each adapter's protocol, by adapter name (a
+    /// connector account may override them with its own config keys, see
+    /// [`ConnectorRecovery`]). An adapter not named has neither.
+    pub adapter_recovery: BTreeMap<String, ConnectorRecovery>,
+}
+
+/// What recovery may rely on for one connector: data about the PSP's
+/// protocol, set per adapter (`[adapters.<name>]` in `sluice.toml`) and per
+/// connector account (config keys `resend_window_ms`,
+/// `authorization_validity_ms`, which win). Never inferred from an adapter's
+/// name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectorRecovery {
+    /// How long the PSP honours an idempotency key, less a safety margin
+    /// (Stripe-format: 24 h). Within it, an attempt whose query proved the
+    /// PSP has no such payment is re-sent with the same key
+    /// (`sluice_core::decide_resend`). None: never re-sent.
+    pub resend_window: Option<Duration>,
+    /// How long the PSP holds an authorization. None: the scanner's default
+    /// (`RecoveryPolicy::authorization_validity_ms`, 7 days).
+    pub authorization_validity: Option<Duration>,
+}
+
+impl ConnectorRecovery {
+    /// The adapter's defaults with the connector account's own keys on top.
+    pub fn for_account(
+        defaults: Option<&ConnectorRecovery>,
+        account_config: &BTreeMap<String, String>,
+    ) -> ConnectorRecovery {
+        let defaults = defaults.copied().unwrap_or_default();
+        let key = |name: &str| {
+            account_config
+                .get(name)
+                .and_then(|ms| ms.trim().parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        ConnectorRecovery {
+            resend_window: key("resend_window_ms").or(defaults.resend_window),
+            authorization_validity: key("authorization_validity_ms")
+                .or(defaults.authorization_validity),
+        }
+    }
+
+    pub fn resend_window_ms(&self) -> Option<i64> {
+        self.resend_window.map(millis)
+    }
+
+    pub fn authorization_validity_ms(&self) -> Option<i64> {
+        self.authorization_validity.map(millis)
+    }
 }
 
 impl Default for OrchestratorConfig {
@@ -29,6 +80,7 @@ impl Default for OrchestratorConfig {
             max_response_bytes: 1 << 20,
             in_flight_grace: Duration::from_secs(2),
             inbox: InboxConfig::default(),
+            adapter_recovery: BTreeMap::new(),
         }
     }
 }

@@ -13,7 +13,7 @@ use sluice_store::{
 };
 
 use crate::call::{budget_for, CallOutcome, Connector};
-use crate::config::OrchestratorConfig;
+use crate::config::{ConnectorRecovery, OrchestratorConfig};
 use crate::convert::OperationSpec;
 use crate::error::OrchestratorError;
 use crate::transport::PspTransport;
@@ -169,12 +169,30 @@ impl Orchestrator {
         };
         let config = &self.inner.config;
         let budget = budget_for(&scope.config, config.psp_timeout, config.max_response_bytes);
+        let recovery = ConnectorRecovery::for_account(
+            config.adapter_recovery.get(&credentials.adapter),
+            &scope.config,
+        );
         Ok(Connector {
             account_id: credentials.connector_account_id,
             adapter,
             scope,
             budget,
+            recovery,
         })
+    }
+
+    /// What recovery may rely on for a connector account (the scanner's
+    /// authorization-validity watch); needs no loaded adapter.
+    pub async fn connector_recovery(
+        &self,
+        account_id: &str,
+    ) -> Result<ConnectorRecovery, OrchestratorError> {
+        let credentials = self.inner.store.connector_credentials(account_id).await?;
+        Ok(ConnectorRecovery::for_account(
+            self.inner.config.adapter_recovery.get(&credentials.adapter),
+            &string_map(&credentials.config),
+        ))
     }
 
     pub(crate) fn provenance(connector: &Connector, trigger: Trigger) -> Provenance {

@@ -20,6 +20,12 @@ pub struct Due {
     pub retry_count: i64,
     pub last_psp_call_at: Option<i64>,
     pub expires_at: Option<i64>,
+    /// Attempts only: the connector account (its authorization validity).
+    pub connector_account_id: Option<String>,
+    /// Attempts only: when the authorization was recorded.
+    pub authorized_at: Option<i64>,
+    /// Attempts only: when a void was recorded as sent.
+    pub void_requested_at: Option<i64>,
 }
 
 impl From<PaymentAttempt> for Due {
@@ -37,6 +43,9 @@ impl From<PaymentAttempt> for Due {
             retry_count: a.retry_count,
             last_psp_call_at: a.last_psp_call_at,
             expires_at: a.expires_at,
+            connector_account_id: Some(a.connector_account_id),
+            authorized_at: a.authorized_at,
+            void_requested_at: a.void_requested_at,
         }
     }
 }
@@ -56,6 +65,9 @@ impl From<Capture> for Due {
             retry_count: c.retry_count,
             last_psp_call_at: c.last_psp_call_at,
             expires_at: None,
+            connector_account_id: None,
+            authorized_at: None,
+            void_requested_at: None,
         }
     }
 }
@@ -75,22 +87,36 @@ impl From<Refund> for Due {
             retry_count: r.retry_count,
             last_psp_call_at: r.last_psp_call_at,
             expires_at: None,
+            connector_account_id: None,
+            authorized_at: None,
+            void_requested_at: None,
         }
     }
 }
 
 impl Due {
-    /// The core's view of the row.
-    pub fn pending_item(&self, in_manual_review: bool) -> PendingItem {
+    /// The core's view of the row. `authorization_validity_ms`: the
+    /// connector's, for an AUTHORIZED attempt (None: the policy's default).
+    pub fn pending_item(
+        &self,
+        in_manual_review: bool,
+        authorization_validity_ms: Option<i64>,
+    ) -> PendingItem {
         PendingItem {
-            state: self.state,
-            reference: self.reference.clone(),
-            created_at_ms: self.created_at,
             last_attempt_at_ms: self.last_psp_call_at,
             retry_count: u32::try_from(self.retry_count.max(0)).unwrap_or(u32::MAX),
             expires_at_ms: self.expires_at,
             in_manual_review,
+            authorized_at_ms: self.authorized_at,
+            authorization_validity_ms,
+            void_requested_at_ms: self.void_requested_at,
+            ..PendingItem::new(self.state, &self.reference, self.created_at)
         }
+    }
+
+    /// An AUTHORIZED attempt (its validity is watched).
+    pub fn is_authorized(&self) -> bool {
+        self.state == PendingState::Attempt(sluice_core::AttemptState::Authorized)
     }
 
     pub fn target(&self) -> Target {
@@ -136,8 +162,8 @@ pub(crate) async fn load(store: &Store, kind: PendingKind, id: &str) -> Result<D
 /// `reschedule` does both, which would wrongly restart the backoff of a row
 /// the scanner only looked at. Scheduling only, never a state; a no-op when
 /// someone else moved the row meanwhile (compare on the value read). `None`
-/// parks the row outside the pending set (AUTHORIZED: the merchant moves it;
-/// any later event through the door schedules it again).
+/// parks the row outside the pending set (any later event through the door
+/// schedules it again).
 pub(crate) async fn set_next_look(
     store: &Store,
     due: &Due,

@@ -115,6 +115,8 @@ pub struct ScanReport {
     pub expire_blocked: u64,
     /// UNKNOWN rows past the configured age, flagged for manual review.
     pub escalated: u64,
+    /// Authorizations past their validity, queried and voided if still held.
+    pub authorizations_expired: u64,
     /// Rows whose retry time was earlier than the policy's: moved on.
     pub not_yet: u64,
     /// Rows with nothing for the scanner (AUTHORIZED): taken out of the set.
@@ -150,6 +152,9 @@ pub enum ItemOutcome {
     /// UNKNOWN past the configured age: the payment was flagged for manual
     /// review through the store's door. Rescheduled (queries go on).
     Escalated { age_ms: i64 },
+    /// An authorization past its validity was queried and, if the PSP still
+    /// held it, voided; `state_after` is the attempt's state afterwards.
+    AuthorizationExpired { state_after: String },
     /// Not due by the policy yet: moved to its due time.
     NotYet,
     /// Nothing for the scanner: taken out of the pending set.
@@ -408,9 +413,10 @@ impl Scanner {
             .clone()
     }
 
-    async fn decide(&self, due: &Due, now: i64) -> Result<RecoveryAction, StoreError> {
-        // Only an UNKNOWN row can be escalated, so only then is the order read.
-        let in_review = if due.state.is_unknown() {
+    async fn decide(&self, due: &Due, now: i64) -> Result<RecoveryAction, ScannerError> {
+        // Only an UNKNOWN row or a void recorded as sent can be escalated, so
+        // only then is the order read.
+        let in_review = if due.state.is_unknown() || due.void_requested_at.is_some() {
             self.inner
                 .orch
                 .store()
@@ -420,9 +426,18 @@ impl Scanner {
         } else {
             false
         };
+        let validity = match (&due.connector_account_id, due.is_authorized()) {
+            (Some(account), true) => self
+                .inner
+                .orch
+                .connector_recovery(account)
+                .await?
+                .authorization_validity_ms(),
+            _ => None,
+        };
         let jitter: f64 = rand::random();
         Ok(decide_recovery(
-            &due.pending_item(in_review),
+            &due.pending_item(in_review, validity),
             now,
             jitter,
             &self.inner.config.policy,
@@ -470,6 +485,9 @@ impl Scanner {
             RecoveryAction::ExpireRequiresAction {
                 next_retry_at_ms, ..
             } => self.expire(&due, *next_retry_at_ms).await,
+            RecoveryAction::ExpireAuthorization {
+                next_retry_at_ms, ..
+            } => self.expire_authorization(&due, *next_retry_at_ms).await,
             _ => self.act_locally(&due, &action).await,
         }
     }
@@ -494,16 +512,13 @@ impl Scanner {
     }
 
     /// A row still pending after a PSP contact: count the query and push the
-    /// next look out (AUTHORIZED leaves the set: the merchant moves it).
+    /// next look out (an AUTHORIZED attempt is then looked at again and waits
+    /// for its validity to end).
     async fn schedule_after_query(
         &self,
         after: &Due,
         next_retry_at: i64,
     ) -> Result<(), ScannerError> {
-        if after.state == PendingState::Attempt(AttemptState::Authorized) {
-            due::set_next_look(self.inner.orch.store(), after, None).await?;
-            return Ok(());
-        }
         let store = self.inner.orch.store();
         match store.reschedule(after.kind, &after.id, next_retry_at).await {
             // Turned terminal in between (a webhook): nothing to schedule.
@@ -572,6 +587,31 @@ impl Scanner {
         }
     }
 
+    /// The authorization's validity ended: query, and void what the PSP still
+    /// holds (recorded as sent first); the PSP's PAYMENT_CANCELED closes the
+    /// attempt and the order. A void without an answer yet is followed on the
+    /// next looks (and reaches an operator by age).
+    async fn expire_authorization(
+        &self,
+        due: &Due,
+        next_retry_at: i64,
+    ) -> Result<ItemOutcome, ScannerError> {
+        let orch = &self.inner.orch;
+        if let Some(metrics) = &self.inner.metrics {
+            metrics.query(&due.adapter);
+        }
+        let state = orch.expire_authorization(&due.id).await?;
+        let after = due::load(orch.store(), due.kind, &due.id).await?;
+        if !after.state.is_terminal() {
+            self.schedule_after_query(&after, next_retry_at).await?;
+        }
+        tracing::info!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
+            adapter = %due.adapter, state = %state, "authorization past its validity");
+        Ok(ItemOutcome::AuthorizationExpired {
+            state_after: state.to_string(),
+        })
+    }
+
     /// Scheduling-only actions: no PSP contact, no lease needed (the write
     /// compares on the retry time it read).
     async fn act_locally(
@@ -595,6 +635,8 @@ impl Scanner {
                     due.id,
                     if due.state.is_unknown() {
                         "UNKNOWN"
+                    } else if due.void_requested_at.is_some() {
+                        "AUTHORIZED with a void the PSP has not confirmed"
                     } else {
                         "still open"
                     },
@@ -652,7 +694,10 @@ impl ScanReport {
             ItemOutcome::Advanced {
                 action, converged, ..
             } => {
-                if matches!(action, Action::Queried { .. } | Action::Sent { .. }) {
+                if matches!(
+                    action,
+                    Action::Queried { .. } | Action::Sent { .. } | Action::Resent { .. }
+                ) {
                     self.queried += 1;
                 }
                 if *converged {
@@ -668,6 +713,10 @@ impl ScanReport {
                 self.expire_blocked += 1;
             }
             ItemOutcome::Escalated { .. } => self.escalated += 1,
+            ItemOutcome::AuthorizationExpired { .. } => {
+                self.queried += 1;
+                self.authorizations_expired += 1;
+            }
             ItemOutcome::NotYet => self.not_yet += 1,
             ItemOutcome::Parked => self.parked += 1,
             ItemOutcome::Claimed => self.skipped_claimed += 1,

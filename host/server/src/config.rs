@@ -34,6 +34,10 @@ pub struct Config {
     pub default_limits: LimitsConfig,
     /// Per-adapter overrides, by adapter name.
     pub adapter_limits: BTreeMap<String, LimitsConfig>,
+    /// Recovery facts of each adapter's PSP protocol (`[adapters.<name>]`
+    /// `resend_window_ms`, `authorization_validity_ms`), by adapter name; a
+    /// connector account's config keys of the same names win.
+    pub adapter_recovery: BTreeMap<String, AdapterRecoveryConfig>,
     /// Timings of the background workers (`[workers]`).
     pub workers: WorkerTimings,
     /// Timings of the fulfillment guarantee (`[fulfillment]`).
@@ -245,6 +249,29 @@ struct FileConfig {
 struct FileAdapterConfig {
     #[serde(default)]
     limits: LimitsConfig,
+    resend_window_ms: Option<u64>,
+    authorization_validity_ms: Option<u64>,
+}
+
+impl FileAdapterConfig {
+    fn recovery(&self) -> AdapterRecoveryConfig {
+        AdapterRecoveryConfig {
+            resend_window_ms: self.resend_window_ms,
+            authorization_validity_ms: self.authorization_validity_ms,
+        }
+    }
+}
+
+/// What recovery may rely on for one adapter's PSP protocol (milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdapterRecoveryConfig {
+    /// How long the PSP honours an idempotency key, less a margin: an attempt
+    /// younger than this whose query proved the PSP has no such payment is
+    /// re-sent with the same key (Stripe-format keys live 24 h: e.g. 82800000).
+    /// Unset: never re-sent.
+    pub resend_window_ms: Option<u64>,
+    /// How long the PSP holds an authorization (default 7 days).
+    pub authorization_validity_ms: Option<u64>,
 }
 
 impl Config {
@@ -340,6 +367,12 @@ impl Config {
             adapters_dir,
             data_dir,
             default_limits: file.limits,
+            adapter_recovery: file
+                .adapters
+                .iter()
+                .filter(|(_, a)| a.recovery() != AdapterRecoveryConfig::default())
+                .map(|(name, a)| (name.clone(), a.recovery()))
+                .collect(),
             adapter_limits: file
                 .adapters
                 .into_iter()

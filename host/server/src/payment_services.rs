@@ -2,6 +2,7 @@
 //! merchant API, outbox delivery, the recovery scanner and the inbox
 //! processor, assembled once at start-up and stopped together.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,14 +15,14 @@ use sluice_delivery::{
     NatsSinkConfig, Publisher, PublisherConfig,
 };
 use sluice_merchant_api::{ApiConfig, MerchantApiState, IDEMPOTENCY_KEY_TTL};
-use sluice_orchestrator::{Orchestrator, OrchestratorConfig, ReqwestTransport};
+use sluice_orchestrator::{ConnectorRecovery, Orchestrator, OrchestratorConfig, ReqwestTransport};
 use sluice_scanner::{Scanner, ScannerConfig};
 use sluice_store::{ApiKeyPepper, Store, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::auth::{require_admin, AdminAuth};
-use crate::config::{millis, WorkerTimings};
+use crate::config::{millis, AdapterRecoveryConfig, WorkerTimings};
 use crate::pending_metrics::PendingMetrics;
 
 /// Why the payment services could not be assembled.
@@ -50,6 +51,8 @@ pub struct PaymentSettings {
     pub nats_subject_prefix: Option<String>,
     /// Timings of the workers (`[workers]`); unset fields keep the defaults.
     pub workers: WorkerTimings,
+    /// Recovery facts per adapter (`[adapters.<name>]`).
+    pub adapter_recovery: BTreeMap<String, AdapterRecoveryConfig>,
 }
 
 /// The assembled services. Cheap to clone.
@@ -81,6 +84,17 @@ impl PaymentServices {
         if let Some(lease) = millis(timings.inbox_lease_ms) {
             orchestrator_config.inbox.lease = lease;
         }
+        orchestrator_config.adapter_recovery = settings
+            .adapter_recovery
+            .iter()
+            .map(|(name, recovery)| {
+                let own = ConnectorRecovery {
+                    resend_window: millis(recovery.resend_window_ms),
+                    authorization_validity: millis(recovery.authorization_validity_ms),
+                };
+                (name.clone(), own)
+            })
+            .collect();
         let orchestrator = Orchestrator::new(
             store.clone(),
             runtime,

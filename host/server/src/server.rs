@@ -161,6 +161,7 @@ pub async fn start(
             nats_stream: non_empty_env("SLUICE_NATS_STREAM"),
             nats_subject_prefix: non_empty_env("SLUICE_NATS_SUBJECT_PREFIX"),
             workers: config.workers.clone(),
+            adapter_recovery: config.adapter_recovery.clone(),
         },
     )?;
     let payment_routes = services.router(auth.clone());

@@ -894,6 +894,9 @@ struct SubjectUpdate<'a> {
     next_action_url: Option<String>,
     next_retry_time: Option<i64>,
     failure: Option<(String, String, String)>,
+    /// Attempts: `now` when the decision records an authorization / a void sent.
+    authorized_at: Option<i64>,
+    void_requested_at: Option<i64>,
     now: i64,
 }
 
@@ -915,6 +918,11 @@ impl<'a> SubjectUpdate<'a> {
             _ => None,
         });
         let schedule_query = effects.contains(&Effect::ScheduleQuery);
+        let authorized_at = effects
+            .iter()
+            .any(|e| matches!(e, Effect::RecordAuthorization { .. }))
+            .then_some(now);
+        let void_requested_at = effects.contains(&Effect::RecordVoidRequest).then_some(now);
         // Terminal rows leave the scan set; an unknown outcome is queried soon.
         let next_retry_time = if terminal {
             None
@@ -946,6 +954,8 @@ impl<'a> SubjectUpdate<'a> {
             next_action_url,
             next_retry_time,
             failure,
+            authorized_at,
+            void_requested_at,
             now,
         }
     }
@@ -953,7 +963,9 @@ impl<'a> SubjectUpdate<'a> {
     /// CAS the subject row; false when its version moved.
     async fn write(&self, tx: &mut Tx) -> Result<bool, StoreError> {
         let action_col = if self.table == "payment_attempts" {
-            ", next_action_url = COALESCE($11, next_action_url)"
+            ", next_action_url = COALESCE($11, next_action_url), \
+                authorized_at = COALESCE(authorized_at, $12), \
+                void_requested_at = COALESCE(void_requested_at, $13)"
         } else {
             ""
         };
@@ -980,7 +992,10 @@ impl<'a> SubjectUpdate<'a> {
             .bind(failure.map(|f| f.2.as_str()))
             .bind(self.now);
         if self.table == "payment_attempts" {
-            query = query.bind(self.next_action_url.as_deref());
+            query = query
+                .bind(self.next_action_url.as_deref())
+                .bind(self.authorized_at)
+                .bind(self.void_requested_at);
         }
         let done = query.execute(&mut **tx).await?;
         Ok(done.rows_affected() == 1)
@@ -1119,7 +1134,8 @@ async fn apply_amount_effect(
         Effect::RecordPspReference { .. }
         | Effect::RecordNextAction { .. }
         | Effect::Emit(_)
-        | Effect::ScheduleQuery => return Ok(()),
+        | Effect::ScheduleQuery
+        | Effect::RecordVoidRequest => return Ok(()),
     };
     let done = sqlx::query(&format!(
         "UPDATE payment_amounts SET {set} WHERE payment_id = $1 AND {condition}"

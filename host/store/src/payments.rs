@@ -93,6 +93,10 @@ pub struct PaymentAttempt {
     pub last_event: Option<EventIdentity>,
     pub next_action_url: Option<String>,
     pub failure: Option<Failure>,
+    /// When the door recorded the authorization (the validity watch starts here).
+    pub authorized_at: Option<i64>,
+    /// When the door recorded a void of the authorization as sent.
+    pub void_requested_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -204,7 +208,8 @@ pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, ad
     connector_account_id, psp_reference, amount_minor, currency, capture_mode, payment_method_token, \
     state, version, next_retry_time, retry_count, last_psp_call_at, timeout_at, expires_at, \
     last_event_identity, \
-    next_action_url, failure_code, failure_category, failure_message, created_at, updated_at";
+    next_action_url, failure_code, failure_category, failure_message, authorized_at, \
+    void_requested_at, created_at, updated_at";
 pub(crate) const CAPTURE_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
     psp_reference, amount_minor, currency, state, version, next_retry_time, retry_count, \
     last_psp_call_at, last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
@@ -315,6 +320,8 @@ pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
         last_event: last_event(row, T)?,
         next_action_url: opt_text(row, "next_action_url")?,
         failure: failure(row)?,
+        authorized_at: opt_int(row, "authorized_at")?,
+        void_requested_at: opt_int(row, "void_requested_at")?,
         created_at: int(row, "created_at")?,
         updated_at: int(row, "updated_at")?,
     })
@@ -730,6 +737,8 @@ impl Store {
             last_event: None,
             next_action_url: None,
             failure: None,
+            authorized_at: None,
+            void_requested_at: None,
             created_at: now,
             updated_at: now,
         };

@@ -4,4 +4,5 @@
 
 mod common;
 
+mod authorizations;
 mod recovery;

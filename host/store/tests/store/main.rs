@@ -5,6 +5,7 @@ pub mod common;
 
 mod boundary;
 mod door;
+mod exits;
 mod fulfillment;
 mod money;
 mod queues;

@@ -8,6 +8,7 @@
 pub use sluice_system_tests::fake_psp;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -53,18 +54,38 @@ macro_rules! dual_test {
     };
 }
 
+/// The test clock of the store, the orchestrator and the scanner: the wall
+/// clock plus an offset a test moves forward (days pass without a sleep;
+/// leases and call budgets still see time move).
+#[derive(Debug, Clone, Default)]
+pub struct TestClock(Arc<AtomicI64>);
+
+impl TestClock {
+    /// Jump `by_ms` into the future.
+    pub fn advance(&self, by_ms: i64) {
+        self.0.fetch_add(by_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        SystemClock.now_ms() + self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// A migrated store on a throwaway database, dropped afterwards.
 pub struct TestDb {
     pub store: Store,
+    pub clock: TestClock,
     pub backend: Backend,
     pub url: String,
     _sqlite_dir: Option<tempfile::TempDir>,
     pg: Option<(String, String)>,
 }
 
-fn options() -> StoreOptions {
+fn options(clock: &TestClock) -> StoreOptions {
     StoreOptions {
-        clock: Arc::new(SystemClock),
+        clock: Arc::new(clock.clone()),
         first_query_delay: Duration::from_millis(200),
         ..StoreOptions::default()
     }
@@ -75,12 +96,14 @@ impl TestDb {
         init_tracing();
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}/sluice.db", dir.path().display());
-        let store = Store::connect_with(&url, options())
+        let clock = TestClock::default();
+        let store = Store::connect_with(&url, options(&clock))
             .await
             .expect("open SQLite store");
         store.migrate().await.expect("migrate SQLite");
         TestDb {
             store,
+            clock,
             backend: Backend::Sqlite,
             url,
             _sqlite_dir: Some(dir),
@@ -108,12 +131,14 @@ impl TestDb {
             .expect("create test database");
         admin.close().await.ok();
         let url = database_url(&admin_url, &name);
-        let store = Store::connect_with(&url, options())
+        let clock = TestClock::default();
+        let store = Store::connect_with(&url, options(&clock))
             .await
             .expect("open PostgreSQL store");
         store.migrate().await.expect("migrate PostgreSQL");
         TestDb {
             store,
+            clock,
             backend: Backend::Postgres,
             url,
             _sqlite_dir: None,
@@ -123,7 +148,7 @@ impl TestDb {
 
     /// A second, independent pool on the same database (another instance).
     pub async fn another_store(&self) -> Store {
-        Store::connect_with(&self.url, options())
+        Store::connect_with(&self.url, options(&self.clock))
             .await
             .expect("open a second store")
     }
@@ -250,6 +275,7 @@ pub fn fast_policy(base_backoff_ms: i64) -> RecoveryPolicy {
         max_backoff_ms: 600_000,
         max_unknown_age_ms: 3_600_000,
         requires_action_ttl_ms: 3_600_000,
+        ..RecoveryPolicy::default()
     }
 }
 
@@ -297,7 +323,7 @@ impl Harness {
             })
             .await
             .expect("connector account");
-        let orch = orchestrator(db.store.clone(), runtime);
+        let orch = orchestrator(db.store.clone(), runtime, &db.clock);
         Harness {
             db,
             psp,
@@ -321,7 +347,7 @@ impl Harness {
         let runtime = tokio::task::spawn_blocking(|| runtime_with(&[ADAPTER]))
             .await
             .expect("runtime task");
-        orchestrator(store, runtime)
+        orchestrator(store, runtime, &self.db.clock)
     }
 
     pub fn payment(&self, order_no: &str, amount: i64, confirm: bool) -> CreatePayment {
@@ -338,9 +364,9 @@ impl Harness {
     }
 }
 
-fn orchestrator(store: Store, runtime: AdapterRuntime) -> Orchestrator {
+fn orchestrator(store: Store, runtime: AdapterRuntime, clock: &TestClock) -> Orchestrator {
     let transport = Arc::new(ReqwestTransport::new().expect("transport"));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(clock.clone());
     Orchestrator::new(store, runtime, transport, clock, test_config())
 }
 
