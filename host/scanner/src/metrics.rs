@@ -81,6 +81,7 @@ impl Metrics {
             ("expired", report.expired),
             ("expire_blocked", report.expire_blocked),
             ("escalated", report.escalated),
+            ("authorization_expired", report.authorizations_expired),
             ("not_yet", report.not_yet),
             ("parked", report.parked),
             ("skipped_budget", report.skipped_budget),
