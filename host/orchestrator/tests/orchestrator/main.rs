@@ -6,5 +6,6 @@ mod common;
 mod exfiltration;
 mod money;
 mod payments;
+mod resend;
 mod sandbox_e2e;
 mod webhooks;
