@@ -32,7 +32,6 @@ use crate::call::{self, Connector, NotSent};
 use crate::config::millis;
 use crate::convert::{Operation, OperationSpec};
 use crate::error::OrchestratorError;
-use crate::exits::Absent;
 use crate::orchestrator::{
     metadata_pairs, DecisionTally, Orchestrator, OwnAggregate, Target, Trigger,
 };
@@ -466,35 +465,7 @@ impl Orchestrator {
                     refund.amount,
                     refund.psp_reference.clone(),
                 );
-                let (queried, learned) = self
-                    .query_learning(
-                        PendingKind::Refund,
-                        &refund.id,
-                        &connector,
-                        &own,
-                        &spec,
-                        trigger,
-                    )
-                    .await?;
-                if !learned.absent {
-                    return Ok(queried);
-                }
-                let resend = action_spec(
-                    Operation::Refund,
-                    &attempt,
-                    &order,
-                    &refund.reference,
-                    refund.amount,
-                    None,
-                );
-                let absent = Absent {
-                    kind: PendingKind::Refund,
-                    id: &refund.id,
-                    created_at: refund.created_at,
-                    query: &spec,
-                    resend: &resend,
-                };
-                self.resend_if_safe(absent, queried, &connector, &own, trigger)
+                self.query_refund(refund, &attempt, &order, &connector, &spec, trigger)
                     .await
             }
         }

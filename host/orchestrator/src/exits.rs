@@ -10,9 +10,9 @@ use sluice_core::{
     decide_resend, AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent,
     PendingState, Resend, ResendCheck,
 };
-use sluice_store::{EventTarget, PaymentAttempt, PaymentOrder, PendingKind};
+use sluice_store::{EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund};
 
-use crate::advance::{attempt_spec, Action};
+use crate::advance::{action_spec, attempt_spec, Action};
 use crate::call::{self, Connector};
 use crate::convert::{Operation, OperationSpec};
 use crate::error::OrchestratorError;
@@ -211,6 +211,47 @@ impl Orchestrator {
             id: &attempt.id,
             created_at: attempt.created_at,
             query: &spec,
+            resend: &resend,
+        };
+        self.resend_if_safe(absent, queried, connector, own, trigger)
+            .await
+    }
+
+    /// Query a refund with its original reference (`spec`); when the answer
+    /// proves the PSP has no such refund, re-send it like an attempt
+    /// ([`Self::resend_if_safe`]).
+    pub(crate) async fn query_refund(
+        &self,
+        refund: &Refund,
+        attempt: &PaymentAttempt,
+        order: &PaymentOrder,
+        connector: &Connector,
+        spec: &OperationSpec,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        let own = &OwnAggregate::Refund {
+            reference: refund.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let (queried, learned) = self
+            .query_learning(PendingKind::Refund, &refund.id, connector, own, spec, trigger)
+            .await?;
+        if !learned.absent {
+            return Ok(queried);
+        }
+        let resend = action_spec(
+            Operation::Refund,
+            attempt,
+            order,
+            &refund.reference,
+            refund.amount,
+            None,
+        );
+        let absent = Absent {
+            kind: PendingKind::Refund,
+            id: &refund.id,
+            created_at: refund.created_at,
+            query: spec,
             resend: &resend,
         };
         self.resend_if_safe(absent, queried, connector, own, trigger)
