@@ -234,7 +234,14 @@ impl Orchestrator {
             mode: attempt.capture_mode,
         };
         let (queried, learned) = self
-            .query_learning(PendingKind::Refund, &refund.id, connector, own, spec, trigger)
+            .query_learning(
+                PendingKind::Refund,
+                &refund.id,
+                connector,
+                own,
+                spec,
+                trigger,
+            )
             .await?;
         if !learned.absent {
             return Ok(queried);

@@ -5,7 +5,9 @@
 //! payment converges without a person and with exactly one charge. Outside
 //! the window (or with none declared) nothing is re-sent.
 
-use sluice_core::{AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent, RefundState};
+use sluice_core::{
+    AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent, RefundState,
+};
 use sluice_orchestrator::{Action, CreatePayment, Target, Trigger};
 use sluice_store::{
     ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, Provenance, RefundRequest,
@@ -57,7 +59,14 @@ async fn recorded_but_never_sent(e2e: &E2e, order_no: &str) -> PaymentAttempt {
         )
         .await
         .expect("attempt");
-    record(e2e, EventTarget::Attempt(attempt.reference.clone()), EventKind::AttemptSubmitted, &attempt.reference, None).await;
+    record(
+        e2e,
+        EventTarget::Attempt(attempt.reference.clone()),
+        EventKind::AttemptSubmitted,
+        &attempt.reference,
+        None,
+    )
+    .await;
     store.get_attempt(&attempt.id).await.expect("attempt")
 }
 
@@ -90,17 +99,32 @@ async fn a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e: E2e) {
     declare_resend_window(&e2e, Some(23 * 3_600_000)).await;
     let attempt = recorded_but_never_sent(&e2e, "o-resend").await;
     assert_eq!(attempt.state, AttemptState::Submitted);
-    assert_eq!(e2e.sandbox.payment_count(&attempt.reference), 0, "nothing left");
+    assert_eq!(
+        e2e.sandbox.payment_count(&attempt.reference),
+        0,
+        "nothing left"
+    );
 
     let advanced = e2e
         .orch
         .advance(Target::Attempt(attempt.id.clone()), Trigger::Scanner)
         .await
         .expect("recover");
-    assert!(matches!(advanced.action, Action::Resent { .. }), "{advanced:?}");
+    assert!(
+        matches!(advanced.action, Action::Resent { .. }),
+        "{advanced:?}"
+    );
     let after = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
-    assert_eq!(after.state, AttemptState::Succeeded, "converged without a person");
-    assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 1, "exactly one charge");
+    assert_eq!(
+        after.state,
+        AttemptState::Succeeded,
+        "converged without a person"
+    );
+    assert_eq!(
+        e2e.sandbox.charge_count(&attempt.reference),
+        1,
+        "exactly one charge"
+    );
     let again = e2e
         .orch
         .advance(Target::Attempt(attempt.id.clone()), Trigger::Scanner)
@@ -138,7 +162,10 @@ async fn a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e: E2e) {
         .advance(Target::Refund(refund.id.clone()), Trigger::Scanner)
         .await
         .expect("recover the refund");
-    assert!(matches!(advanced.action, Action::Resent { .. }), "{advanced:?}");
+    assert!(
+        matches!(advanced.action, Action::Resent { .. }),
+        "{advanced:?}"
+    );
     let refund = e2e.db.store.get_refund(&refund.id).await.unwrap();
     assert_eq!(refund.state, RefundState::Succeeded);
     let psp = e2e
@@ -158,10 +185,21 @@ async fn without_a_resend_window_nothing_is_re_sent(e2e: E2e) {
         .advance(Target::Attempt(attempt.id.clone()), Trigger::Scanner)
         .await
         .unwrap();
-    assert!(matches!(advanced.action, Action::Queried { .. }), "{advanced:?}");
+    assert!(
+        matches!(advanced.action, Action::Queried { .. }),
+        "{advanced:?}"
+    );
     let after = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
-    assert_eq!(after.state, AttemptState::Unknown, "queried on, then a person by age");
-    assert_eq!(e2e.sandbox.payment_count(&attempt.reference), 0, "never sent");
+    assert_eq!(
+        after.state,
+        AttemptState::Unknown,
+        "queried on, then a person by age"
+    );
+    assert_eq!(
+        e2e.sandbox.payment_count(&attempt.reference),
+        0,
+        "never sent"
+    );
 
     // A window shorter than the attempt's age is no window.
     declare_resend_window(&e2e, Some(1)).await;
@@ -170,7 +208,10 @@ async fn without_a_resend_window_nothing_is_re_sent(e2e: E2e) {
         .advance(Target::Attempt(attempt.id.clone()), Trigger::Scanner)
         .await
         .unwrap();
-    assert!(matches!(advanced.action, Action::Queried { .. }), "{advanced:?}");
+    assert!(
+        matches!(advanced.action, Action::Queried { .. }),
+        "{advanced:?}"
+    );
     assert_eq!(e2e.sandbox.payment_count(&attempt.reference), 0);
 }
 
