@@ -41,6 +41,13 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// Longest `Idempotency-Key` accepted (after trimming), in bytes of visible ASCII.
 pub const MAX_KEY_LEN: usize = 255;
 
+/// The validated `Idempotency-Key` of the request being run, handed to the
+/// handler as a request extension: operations that move money derive their
+/// PSP references from it, so a re-run after a crash (the key taken over
+/// once its lease ended) finds what the first run reserved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey(pub String);
+
 /// Route layer for the authenticated `/v1` routes (inside `require_merchant`).
 pub async fn idempotency(
     State(state): State<MerchantApiState>,
@@ -147,6 +154,8 @@ async fn keyed(
             return Ok(replay(status, body));
         }
     }
+    let mut parts = parts;
+    parts.extensions.insert(RequestKey(key.to_owned()));
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;

@@ -6,6 +6,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::Extension;
 use sluice_core::Money;
 use sluice_orchestrator::ConfirmOptions;
 use sluice_store::PaymentOrder;
@@ -13,6 +14,7 @@ use sluice_store::PaymentOrder;
 use crate::auth::AuthedMerchant;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, OptionalJson};
+use crate::idempotency::RequestKey;
 use crate::payments::{json, payment_id_or_404, record_payment_id};
 use crate::requests::{
     self as req, CaptureRequestBody, ConfirmPaymentRequest, FulfillmentConfirmation,
@@ -138,14 +140,16 @@ pub async fn confirm(
 pub async fn capture(
     State(state): State<MerchantApiState>,
     merchant: AuthedMerchant,
+    key: Option<Extension<RequestKey>>,
     ApiPath(id): ApiPath<String>,
     OptionalJson(body): OptionalJson<CaptureRequestBody>,
 ) -> Result<Response, ApiError> {
     let order = owned_payment(&state, &merchant, &id).await?;
     let amount = amount_of(&order, body.amount, body.currency.as_deref())?;
+    let key = key.map(|Extension(RequestKey(key))| key);
     let captured = state
         .orchestrator
-        .capture(&merchant.merchant_id, &order.id, amount)
+        .capture_keyed(&merchant.merchant_id, &order.id, amount, key.as_deref())
         .await?;
     tracing::info!(payment_id = %order.id, capture_id = %captured.capture.id,
         state = %captured.capture.state, "capture requested");
@@ -205,15 +209,23 @@ pub async fn void(
 pub async fn refund(
     State(state): State<MerchantApiState>,
     merchant: AuthedMerchant,
+    key: Option<Extension<RequestKey>>,
     ApiPath(id): ApiPath<String>,
     OptionalJson(body): OptionalJson<RefundRequestBody>,
 ) -> Result<Response, ApiError> {
     let order = owned_payment(&state, &merchant, &id).await?;
     let amount = amount_of(&order, body.amount, body.currency.as_deref())?;
     let reason = req::optional_text(body.reason.as_deref(), "reason", req::MAX_REASON_CHARS)?;
+    let key = key.map(|Extension(RequestKey(key))| key);
     let refunded = state
         .orchestrator
-        .refund(&merchant.merchant_id, &order.id, amount, reason)
+        .refund_keyed(
+            &merchant.merchant_id,
+            &order.id,
+            amount,
+            reason,
+            key.as_deref(),
+        )
         .await?;
     tracing::info!(payment_id = %order.id, refund_id = %refunded.refund.id,
         state = %refunded.refund.state, "refund requested");

@@ -196,13 +196,34 @@ impl Orchestrator {
         payment_id: &str,
         amount: Option<Money>,
     ) -> Result<CaptureView, OrchestratorError> {
+        self.capture_keyed(merchant_id, payment_id, amount, None)
+            .await
+    }
+
+    /// [`Orchestrator::capture`] for a request carrying the merchant's
+    /// `Idempotency-Key`: the capture reference is derived from the payment
+    /// and the key, so a re-run of the same request (a retry that took the
+    /// key over after a crash) finds the capture its first run reserved and
+    /// drives that one, with the same PSP idempotency key.
+    pub async fn capture_keyed(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        amount: Option<Money>,
+        idempotency_key: Option<&str>,
+    ) -> Result<CaptureView, OrchestratorError> {
         let details = self
             .store()
             .payment_details(Some(merchant_id), payment_id)
             .await?;
-        let amount = match amount {
-            Some(amount) => amount,
-            None => remaining(&details, details.amounts.capturable_minor(), "capture")?,
+        let earlier = idempotency_key.and_then(|key| {
+            let reference = sluice_store::keyed_capture_reference(payment_id, key);
+            details.captures.iter().find(|c| c.reference == reference)
+        });
+        let amount = match (amount, earlier) {
+            (Some(amount), _) => amount,
+            (None, Some(earlier)) => earlier.amount,
+            (None, None) => remaining(&details, details.amounts.capturable_minor(), "capture")?,
         };
         self.ensure_adapter_of_latest(&details).await?;
         let reservation = self
@@ -212,6 +233,7 @@ impl Orchestrator {
                     payment_id: payment_id.to_owned(),
                     merchant_id: Some(merchant_id.to_owned()),
                     amount,
+                    idempotency_key: idempotency_key.map(str::to_owned),
                 },
                 &Provenance::actor(&format!("merchant:{merchant_id}")),
             )
@@ -234,13 +256,34 @@ impl Orchestrator {
         amount: Option<Money>,
         reason: Option<String>,
     ) -> Result<RefundView, OrchestratorError> {
+        self.refund_keyed(merchant_id, payment_id, amount, reason, None)
+            .await
+    }
+
+    /// [`Orchestrator::refund`] for a request carrying the merchant's
+    /// `Idempotency-Key` (see [`Orchestrator::capture_keyed`]): a re-run finds
+    /// the refund its first run reserved, never a second one.
+    pub async fn refund_keyed(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        amount: Option<Money>,
+        reason: Option<String>,
+        idempotency_key: Option<&str>,
+    ) -> Result<RefundView, OrchestratorError> {
         let details = self
             .store()
             .payment_details(Some(merchant_id), payment_id)
             .await?;
-        let amount = match amount {
-            Some(amount) => amount,
-            None => remaining(&details, details.amounts.refundable_minor(), "refund")?,
+        let earlier = idempotency_key.and_then(|key| {
+            let reference = sluice_store::keyed_refund_reference(payment_id, key);
+            details.refunds.iter().find(|r| r.reference == reference)
+        });
+        let amount = match (amount, earlier) {
+            (Some(amount), _) => amount,
+            // "Everything refundable", replayed: what the first run reserved.
+            (None, Some(earlier)) => earlier.amount,
+            (None, None) => remaining(&details, details.amounts.refundable_minor(), "refund")?,
         };
         self.ensure_adapter_of_latest(&details).await?;
         let reservation = self
@@ -251,6 +294,7 @@ impl Orchestrator {
                     merchant_id: Some(merchant_id.to_owned()),
                     amount,
                     reason,
+                    idempotency_key: idempotency_key.map(str::to_owned),
                 },
                 &Provenance::actor(&format!("merchant:{merchant_id}")),
             )

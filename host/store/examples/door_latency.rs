@@ -146,6 +146,7 @@ async fn run(label: &str, url: &str, payments: usize) -> Result<(), Error> {
             merchant_id: None,
             amount: Money::positive(100, eur)?,
             reason: None,
+            idempotency_key: None,
         };
         timed(&mut refund_s, store.reserve_refund(&refund, &sys)).await?;
         references.push(payment.id);
@@ -178,6 +179,7 @@ async fn run(label: &str, url: &str, payments: usize) -> Result<(), Error> {
                         currency: eur,
                     },
                     reason: None,
+                    idempotency_key: None,
                 };
                 store.reserve_refund(&refund, &sys).await?;
             }

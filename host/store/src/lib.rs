@@ -41,6 +41,7 @@ pub use error::StoreError;
 pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
 pub use idempotency::{IdempotencyBegin, IdempotencyRecord};
+pub use ids::{keyed_capture_reference, keyed_refund_reference};
 pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
 pub use listing::PaymentFilter;
 pub use merchants::{

@@ -9,8 +9,8 @@ use crate::db::Tx;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
-    amounts_in, attempt_from, order_in, Capture, PaymentAmounts, PaymentAttempt, PaymentOrder,
-    Refund, ATTEMPT_COLS,
+    amounts_in, attempt_from, capture_from, order_in, refund_from, Capture, PaymentAmounts,
+    PaymentAttempt, PaymentOrder, Refund, ATTEMPT_COLS, CAPTURE_COLS, REFUND_COLS,
 };
 use crate::{ids, Store, StoreError};
 use sluice_core::{
@@ -27,6 +27,12 @@ pub struct RefundRequest {
     pub merchant_id: Option<String>,
     pub amount: Money,
     pub reason: Option<String>,
+    /// The merchant's `Idempotency-Key`, if the request carried one: the
+    /// refund reference is then derived from it and the payment
+    /// ([`crate::keyed_refund_reference`]), so a replay finds this refund
+    /// instead of reserving a second one. Without a key the reference is
+    /// minted (and persisted with the reservation, before any PSP call).
+    pub idempotency_key: Option<String>,
 }
 
 /// A merchant's capture request (manual capture).
@@ -35,6 +41,8 @@ pub struct CaptureRequest {
     pub payment_id: String,
     pub merchant_id: Option<String>,
     pub amount: Money,
+    /// As [`RefundRequest::idempotency_key`], for the capture reference.
+    pub idempotency_key: Option<String>,
 }
 
 /// A committed reservation and the row it created.
@@ -44,6 +52,9 @@ pub struct Reservation<T> {
     pub payment_version: i64,
     pub history_id: i64,
     pub outbox_event_id: String,
+    /// A replay of a keyed request found the reservation its first run made
+    /// (history and outbox ids are that run's); nothing new was reserved.
+    pub replayed: bool,
 }
 
 /// Outbox event types of the reservation commands (not PSP outcomes, so
@@ -53,7 +64,8 @@ pub const CAPTURE_REQUESTED: &str = "capture.requested";
 
 impl Store {
     /// Reserve `amount` of a succeeded payment for a refund and create the
-    /// refund (state CREATED) with a stable reference for the PSP call.
+    /// refund (state CREATED) with a stable reference for the PSP call. A
+    /// keyed request that was reserved before returns that reservation.
     pub async fn reserve_refund(
         &self,
         request: &RefundRequest,
@@ -63,7 +75,8 @@ impl Store {
         let reservation = self.reserve_refund_in(&mut tx, request, provenance).await?;
         tx.commit().await?;
         tracing::info!(payment_id = %reservation.record.payment_id, refund_id = %reservation.record.id,
-            amount = reservation.record.amount.amount_minor, "refund reserved");
+            amount = reservation.record.amount.amount_minor, replayed = reservation.replayed,
+            "refund reserved");
         Ok(reservation)
     }
 
@@ -78,45 +91,47 @@ impl Store {
     ) -> Result<Reservation<Refund>, StoreError> {
         let (order, amounts) =
             scoped_order(tx, &request.payment_id, request.merchant_id.as_deref()).await?;
+        let reference = match &request.idempotency_key {
+            Some(key) => ids::keyed_refund_reference(&order.id, key),
+            None => ids::refund_reference(),
+        };
+        // Only a keyed request can be a replay: a minted reference is new.
+        let existing = if request.idempotency_key.is_some() {
+            by_reference(tx, REFUND_TABLE, &reference, refund_from).await?
+        } else {
+            None
+        };
+        if let Some(existing) = existing {
+            let same = existing.payment_id == order.id
+                && existing.amount == request.amount
+                && existing.reason == request.reason;
+            let creation = creation_of(tx, "refund", &existing.id, same).await?;
+            return Ok(Reservation::replay(existing, &order, creation));
+        }
         request_refund(&order.snapshot(&amounts)?, request.amount)
             .map_err(|e| refused(&order, &amounts, e))?;
         let attempt = succeeded_attempt(tx, &order).await?;
-        let amount = request.amount.amount_minor;
         let now = self.now_ms();
         // Lock order: the payment row first, as the door does, so a reservation
         // and a concurrent decision on the same payment cannot deadlock.
         let payment_version = bump_payment_version(tx, &order.id, now).await?;
-        // The one conditional UPDATE that decides who gets the money.
-        let reserved = sqlx::query(
-            "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
-             WHERE payment_id = $1 AND captured_minor - refunded_minor - refund_reserved_minor >= $2",
-        )
-        .bind(&order.id)
-        .bind(amount)
-        .execute(&mut **tx)
-        .await?;
-        if reserved.rows_affected() == 0 {
-            let now_amounts = amounts_in(tx, &order.id).await?;
-            return Err(StoreError::InsufficientRefundable {
-                requested: amount,
-                available: now_amounts.refundable_minor(),
-            });
-        }
+        reserve_amount(tx, Reserve::Refund, &order.id, request.amount.amount_minor).await?;
         // In the recovery scan set from the start: if this process dies
         // before the first PSP call records anything, the scanner sends it
         // (same reference) instead of leaving the money reserved.
         let refund = created_refund(
             &order.id,
             &attempt,
-            ids::refund_reference(),
+            reference,
             request.amount,
             request.reason.clone(),
             now.saturating_add(self.query_delay_ms),
             now,
         );
-        insert_refund(tx, &refund).await?;
+        insert_refund(tx, &refund).await.map_err(raced)?;
         let reason = format!(
-            "refund of {amount} reserved before any PSP call (refundable was {})",
+            "refund of {} reserved before any PSP call (refundable was {})",
+            refund.amount.amount_minor,
             amounts.refundable_minor()
         );
         let (history_id, outbox_event_id) = record_creation(
@@ -142,11 +157,13 @@ impl Store {
             payment_version,
             history_id,
             outbox_event_id,
+            replayed: false,
         })
     }
 
     /// Reserve `amount` of an authorization for a capture and create the
-    /// capture (state CREATED) with a stable reference for the PSP call.
+    /// capture (state CREATED) with a stable reference for the PSP call. A
+    /// keyed request that was reserved before returns that reservation.
     pub async fn reserve_capture(
         &self,
         request: &CaptureRequest,
@@ -155,6 +172,21 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let (order, amounts) =
             scoped_order(&mut tx, &request.payment_id, request.merchant_id.as_deref()).await?;
+        let reference = match &request.idempotency_key {
+            Some(key) => ids::keyed_capture_reference(&order.id, key),
+            None => ids::capture_reference(),
+        };
+        let existing = if request.idempotency_key.is_some() {
+            by_reference(&mut tx, CAPTURE_TABLE, &reference, capture_from).await?
+        } else {
+            None
+        };
+        if let Some(existing) = existing {
+            let same = existing.payment_id == order.id && existing.amount == request.amount;
+            let creation = creation_of(&mut tx, "capture", &existing.id, same).await?;
+            tx.commit().await?;
+            return Ok(Reservation::replay(existing, &order, creation));
+        }
         let attempt = latest_live_attempt(&mut tx, &order).await?;
         request_capture(
             &order.snapshot(&amounts)?,
@@ -166,60 +198,15 @@ impl Store {
         let now = self.now_ms();
         // Payment row first (see `reserve_refund`).
         let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
-        let reserved = sqlx::query(
-            "UPDATE payment_amounts SET capture_reserved_minor = capture_reserved_minor + $2 \
-             WHERE payment_id = $1 \
-               AND authorized_minor - captured_minor - capture_reserved_minor >= $2",
-        )
-        .bind(&order.id)
-        .bind(amount)
-        .execute(&mut *tx)
-        .await?;
-        if reserved.rows_affected() == 0 {
-            let now_amounts = amounts_in(&mut tx, &order.id).await?;
-            return Err(StoreError::InsufficientCapturable {
-                requested: amount,
-                available: now_amounts.capturable_minor(),
-            });
-        }
-        let capture = Capture {
-            id: ids::capture(),
-            payment_id: order.id.clone(),
-            attempt_id: attempt.id.clone(),
-            reference: ids::capture_reference(),
-            adapter: attempt.adapter.clone(),
-            psp_reference: None,
-            amount: request.amount,
-            state: CaptureState::Created,
-            version: 0,
-            // In the recovery scan set from the start: if this process dies
-            // before the first PSP call records anything, the scanner sends
-            // it (same reference) instead of leaving the money reserved.
-            next_retry_time: Some(now.saturating_add(self.query_delay_ms)),
-            retry_count: 0,
-            last_psp_call_at: None,
-            last_event: None,
-            failure: None,
-            created_at: now,
-            updated_at: now,
-        };
-        sqlx::query(
-            "INSERT INTO captures (id, payment_id, attempt_id, reference, adapter, amount_minor, \
-                currency, state, version, retry_count, next_retry_time, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, $10, $9, $9)",
-        )
-        .bind(&capture.id)
-        .bind(&capture.payment_id)
-        .bind(&capture.attempt_id)
-        .bind(&capture.reference)
-        .bind(&capture.adapter)
-        .bind(amount)
-        .bind(capture.amount.currency.as_str())
-        .bind(capture.state.as_str())
-        .bind(now)
-        .bind(capture.next_retry_time)
-        .execute(&mut *tx)
-        .await?;
+        reserve_amount(&mut tx, Reserve::Capture, &order.id, amount).await?;
+        let capture = created_capture(
+            &attempt,
+            reference,
+            request.amount,
+            now,
+            self.query_delay_ms,
+        );
+        insert_capture(&mut tx, &capture).await.map_err(raced)?;
         let reason = format!(
             "capture of {amount} reserved before any PSP call (capturable was {})",
             amounts.capturable_minor()
@@ -249,7 +236,140 @@ impl Store {
             payment_version,
             history_id,
             outbox_event_id,
+            replayed: false,
         })
+    }
+}
+
+/// Which reservation column a conditional UPDATE moves.
+#[derive(Clone, Copy)]
+enum Reserve {
+    Refund,
+    Capture,
+}
+
+/// The one conditional UPDATE that decides who gets the money: it reserves
+/// `amount` only if it fits in what is left; otherwise nothing changes and
+/// the error names what was available.
+async fn reserve_amount(
+    tx: &mut Tx,
+    what: Reserve,
+    payment_id: &str,
+    amount: i64,
+) -> Result<(), StoreError> {
+    let sql = match what {
+        Reserve::Refund => {
+            "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
+             WHERE payment_id = $1 AND captured_minor - refunded_minor - refund_reserved_minor >= $2"
+        }
+        Reserve::Capture => {
+            "UPDATE payment_amounts SET capture_reserved_minor = capture_reserved_minor + $2 \
+             WHERE payment_id = $1 \
+               AND authorized_minor - captured_minor - capture_reserved_minor >= $2"
+        }
+    };
+    let reserved = sqlx::query(sql)
+        .bind(payment_id)
+        .bind(amount)
+        .execute(&mut **tx)
+        .await?;
+    if reserved.rows_affected() > 0 {
+        return Ok(());
+    }
+    let now_amounts = amounts_in(tx, payment_id).await?;
+    Err(match what {
+        Reserve::Refund => StoreError::InsufficientRefundable {
+            requested: amount,
+            available: now_amounts.refundable_minor(),
+        },
+        Reserve::Capture => StoreError::InsufficientCapturable {
+            requested: amount,
+            available: now_amounts.capturable_minor(),
+        },
+    })
+}
+
+/// Two runs of one keyed request at once (a retry took the key over while
+/// the first still ran): the second finds the reference taken by the first's
+/// commit. Its transaction rolls back, nothing is reserved twice, and a
+/// retry replays the first's reservation.
+fn raced(error: StoreError) -> StoreError {
+    if error.is_unique_violation() {
+        StoreError::Conflict(
+            "a concurrent run of this request reserved it first; retry to see its result".into(),
+        )
+    } else {
+        error
+    }
+}
+
+const REFUND_TABLE: (&str, &str) = ("refunds", REFUND_COLS);
+const CAPTURE_TABLE: (&str, &str) = ("captures", CAPTURE_COLS);
+
+/// The refund or capture holding `reference`, if any.
+async fn by_reference<T>(
+    tx: &mut Tx,
+    (table, cols): (&str, &str),
+    reference: &str,
+    from: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    let row = sqlx::query(&format!("SELECT {cols} FROM {table} WHERE reference = $1"))
+        .bind(reference)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.as_ref().map(from).transpose()
+}
+
+/// The history row and outbox event that created a refund or capture: what
+/// a replay of its keyed request answers with. The same key with other
+/// parameters (`same` false) is refused.
+async fn creation_of(
+    tx: &mut Tx,
+    aggregate_type: &str,
+    aggregate_id: &str,
+    same: bool,
+) -> Result<(i64, String), StoreError> {
+    if !same {
+        return Err(StoreError::IdempotencyMismatch);
+    }
+    let history = sqlx::query(
+        "SELECT id FROM state_history WHERE aggregate_type = $1 AND aggregate_id = $2 \
+           AND evidence_source = 'command' ORDER BY id LIMIT 1",
+    )
+    .bind(aggregate_type)
+    .bind(aggregate_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    let outbox = sqlx::query(
+        "SELECT event_id FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 \
+         ORDER BY seq LIMIT 1",
+    )
+    .bind(aggregate_type)
+    .bind(aggregate_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    tracing::info!(
+        aggregate_type,
+        aggregate_id,
+        "keyed request replayed: same reservation"
+    );
+    Ok((history.try_get("id")?, outbox.try_get("event_id")?))
+}
+
+impl<T> Reservation<T> {
+    /// A replay: the first run's reservation, nothing new reserved or recorded.
+    fn replay(
+        record: T,
+        order: &PaymentOrder,
+        (history_id, outbox_event_id): (i64, String),
+    ) -> Self {
+        Reservation {
+            record,
+            payment_version: order.version,
+            history_id,
+            outbox_event_id,
+            replayed: true,
+        }
     }
 }
 
@@ -349,6 +469,7 @@ pub(crate) async fn reserve_compensation_in(
         payment_version,
         history_id,
         outbox_event_id,
+        replayed: false,
     })
 }
 
@@ -576,6 +697,58 @@ async fn insert_refund(tx: &mut Tx, refund: &Refund) -> Result<(), StoreError> {
     .bind(refund.state.as_str())
     .bind(refund.next_retry_time)
     .bind(refund.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A capture just reserved: CREATED, nothing sent, due for the recovery
+/// scanner after `query_delay_ms` (if this process dies before the first PSP
+/// call records anything, the scanner sends it with the same reference
+/// instead of leaving the money reserved).
+fn created_capture(
+    attempt: &PaymentAttempt,
+    reference: String,
+    amount: Money,
+    now: i64,
+    query_delay_ms: i64,
+) -> Capture {
+    Capture {
+        id: ids::capture(),
+        payment_id: attempt.payment_id.clone(),
+        attempt_id: attempt.id.clone(),
+        reference,
+        adapter: attempt.adapter.clone(),
+        psp_reference: None,
+        amount,
+        state: CaptureState::Created,
+        version: 0,
+        next_retry_time: Some(now.saturating_add(query_delay_ms)),
+        retry_count: 0,
+        last_psp_call_at: None,
+        last_event: None,
+        failure: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+async fn insert_capture(tx: &mut Tx, capture: &Capture) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO captures (id, payment_id, attempt_id, reference, adapter, amount_minor, \
+            currency, state, version, retry_count, next_retry_time, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, $9, $10, $10)",
+    )
+    .bind(&capture.id)
+    .bind(&capture.payment_id)
+    .bind(&capture.attempt_id)
+    .bind(&capture.reference)
+    .bind(&capture.adapter)
+    .bind(capture.amount.amount_minor)
+    .bind(capture.amount.currency.as_str())
+    .bind(capture.state.as_str())
+    .bind(capture.next_retry_time)
+    .bind(capture.created_at)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -280,6 +280,7 @@ impl Fixture {
                     merchant_id: None,
                     amount: eur(30),
                     reason: Some("requested_by_customer".into()),
+                    idempotency_key: None,
                 },
                 &sys(),
             )

@@ -14,7 +14,7 @@ fn confirmed(order_no: &str, amount: i64, capture_mode: &str, account: &str) -> 
     body
 }
 
-async fn paid(
+pub(crate) async fn paid(
     gw: &Gateway,
     m: &TestMerchant,
     order_no: &str,

@@ -143,6 +143,7 @@ async fn a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e: E2e) {
                 merchant_id: Some(e2e.merchant.id.clone()),
                 amount: eur(500),
                 reason: None,
+                idempotency_key: None,
             },
             &Provenance::actor("system:api"),
         )

@@ -280,6 +280,8 @@ impl Store {
                     "manual refund, {}: {}",
                     proposal.reason_code, proposal.evidence_note
                 )),
+                // Minted: the approval is claimed once, in this transaction.
+                idempotency_key: None,
             };
             // The normal reservation (the core's refund rule, the one
             // conditional UPDATE on the amounts), in this transaction. A

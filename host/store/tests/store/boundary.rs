@@ -24,6 +24,7 @@ async fn victim(store: &Store, a: &Fixture) -> Victim {
                 merchant_id: None,
                 amount: eur(40),
                 reason: None,
+                idempotency_key: None,
             },
             &sys(),
         )
@@ -49,6 +50,7 @@ async fn victim(store: &Store, a: &Fixture) -> Victim {
                 payment_id: held.id.clone(),
                 merchant_id: None,
                 amount: eur(60),
+                idempotency_key: None,
             },
             &sys(),
         )
@@ -191,7 +193,7 @@ dual_test! {
             store.apply_event(&on_attempt(attempt, authorized)).await.unwrap();
         }
         let capture = store
-            .reserve_capture(&CaptureRequest { payment_id: second.id.clone(), merchant_id: None, amount: eur(60) }, &sys())
+            .reserve_capture(&CaptureRequest { payment_id: second.id.clone(), merchant_id: None, amount: eur(60), idempotency_key: None }, &sys())
             .await
             .unwrap();
         // Names the first payment's attempt but the second payment's capture.

@@ -398,7 +398,7 @@ dual_test! {
 
         let reservation = store
             .reserve_capture(
-                &CaptureRequest { payment_id: payment.id.clone(), merchant_id: Some(fx.merchant.id.clone()), amount: eur(60) },
+                &CaptureRequest { payment_id: payment.id.clone(), merchant_id: Some(fx.merchant.id.clone()), amount: eur(60), idempotency_key: None },
                 &sys(),
             )
             .await
@@ -408,7 +408,7 @@ dual_test! {
 
         let over = store
             .reserve_capture(
-                &CaptureRequest { payment_id: payment.id.clone(), merchant_id: None, amount: eur(50) },
+                &CaptureRequest { payment_id: payment.id.clone(), merchant_id: None, amount: eur(50), idempotency_key: None },
                 &sys(),
             )
             .await;

@@ -539,6 +539,7 @@ async fn merchant_refund(store: &Store, payment: &PaymentOrder, amount: i64) {
                 merchant_id: None,
                 amount: eur(amount),
                 reason: Some("customer asked".into()),
+                idempotency_key: None,
             },
             &sys(),
         )

@@ -10,6 +10,7 @@ fn refund_request(payment_id: &str, amount: i64) -> RefundRequest {
         merchant_id: None,
         amount: eur(amount),
         reason: Some("requested_by_customer".into()),
+        idempotency_key: None,
     }
 }
 
@@ -125,7 +126,7 @@ dual_test! {
         let (paid, _) = fx.succeeded(store, "RF-3", 100).await;
         let usd = sluice_core::Money { amount_minor: 10, currency: sluice_core::Currency::parse("USD").unwrap() };
         let wrong = store
-            .reserve_refund(&RefundRequest { payment_id: paid.id.clone(), merchant_id: None, amount: usd, reason: None }, &sys())
+            .reserve_refund(&RefundRequest { payment_id: paid.id.clone(), merchant_id: None, amount: usd, reason: None, idempotency_key: None }, &sys())
             .await;
         assert!(matches!(wrong, Err(StoreError::InvalidRequest(_))), "{wrong:?}");
         let foreign = store
@@ -208,6 +209,7 @@ dual_test! {
                     payment_id: manual.id.clone(),
                     merchant_id: None,
                     amount: eur(100),
+                    idempotency_key: None,
                 },
                 &sys(),
             )
@@ -225,5 +227,92 @@ dual_test! {
             store.due_captures(later, 10, None).await.unwrap().into_iter().map(|c| c.id).collect();
         assert_eq!(captures, vec![capture.record.id.clone()]);
         assert!(refund.record.next_retry_time.is_some_and(|t| t > now && t <= later));
+    }
+}
+
+dual_test! {
+    /// Seed 000 §1: the merchant's Idempotency-Key names the refund. A re-run of
+    /// the same request (a retry that took the key over after a crash) finds the
+    /// same reservation and the same reference; it never reserves twice.
+    async fn a_keyed_refund_reserved_again_is_the_same_refund_and_one_reservation(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "KR-1", 100).await;
+        let keyed = RefundRequest { idempotency_key: Some("key-1".into()), ..refund_request(&payment.id, 30) };
+        let first = store.reserve_refund(&keyed, &sys()).await.unwrap();
+        assert!(!first.replayed);
+        assert_eq!(first.record.reference, sluice_store::keyed_refund_reference(&payment.id, "key-1"));
+        let again = store.reserve_refund(&keyed, &sys()).await.unwrap();
+        assert!(again.replayed);
+        assert_eq!((&again.record.id, &again.record.reference), (&first.record.id, &first.record.reference));
+        assert_eq!((again.history_id, &again.outbox_event_id), (first.history_id, &first.outbox_event_id));
+        // Also once the reservation is settled and nothing is left to refund.
+        let mut ok = event(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
+        ok.psp_reference = Some("re_KR1".into());
+        ok.amount = Some(eur(30));
+        assert_eq!(store.apply_event(&on_refund(&first.record.reference, ok)).await.unwrap().to_state, "SUCCEEDED");
+        let all = store.reserve_refund(&RefundRequest { idempotency_key: Some("all".into()), ..refund_request(&payment.id, 70) }, &sys()).await.unwrap();
+        assert!(!all.replayed);
+        let late = store.reserve_refund(&keyed, &sys()).await.unwrap();
+        assert_eq!((late.record.id, late.replayed), (first.record.id.clone(), true));
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.refunded_minor, amounts.refund_reserved_minor), (30, 70));
+        assert_eq!(store.list_refunds(&payment.id).await.unwrap().len(), 2);
+        let requested = store.outbox_for_payment(&payment.id).await.unwrap().into_iter()
+            .filter(|m| m.event_type == "refund.requested")
+            .count();
+        assert_eq!(requested, 2, "one refund.requested per refund");
+    }
+}
+
+dual_test! {
+    async fn the_same_key_with_another_amount_or_reason_is_refused_and_changes_nothing(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (payment, _) = fx.succeeded(store, "KR-2", 100).await;
+        let keyed = RefundRequest { idempotency_key: Some("key-1".into()), ..refund_request(&payment.id, 30) };
+        store.reserve_refund(&keyed, &sys()).await.unwrap();
+        let other_amount = RefundRequest { amount: eur(31), ..keyed.clone() };
+        let refused = store.reserve_refund(&other_amount, &sys()).await;
+        assert!(matches!(refused, Err(StoreError::IdempotencyMismatch)), "{refused:?}");
+        let other_reason = RefundRequest { reason: Some("another".into()), ..keyed.clone() };
+        let refused = store.reserve_refund(&other_reason, &sys()).await;
+        assert!(matches!(refused, Err(StoreError::IdempotencyMismatch)), "{refused:?}");
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!(amounts.refund_reserved_minor, 30);
+        // Another key, or no key, is another refund.
+        let other_key = RefundRequest { idempotency_key: Some("key-2".into()), ..keyed.clone() };
+        let second = store.reserve_refund(&other_key, &sys()).await.unwrap();
+        let unkeyed = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
+        assert!(!second.replayed && !unkeyed.replayed);
+        assert!(unkeyed.record.reference.starts_with("rfdref_"));
+        assert_eq!(store.list_refunds(&payment.id).await.unwrap().len(), 3);
+        assert_eq!(store.payment_amounts(&payment.id).await.unwrap().refund_reserved_minor, 90);
+    }
+}
+
+dual_test! {
+    async fn a_keyed_capture_reserved_again_is_the_same_capture_and_one_reservation(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let (manual, attempt) = fx.submitted(store, "KC-1", 100, sluice_core::CaptureMode::Manual).await;
+        let mut auth = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
+        auth.psp_reference = Some("pi_KC1".into());
+        store.apply_event(&on_attempt(&attempt, auth)).await.unwrap();
+        let keyed = sluice_store::CaptureRequest {
+            payment_id: manual.id.clone(),
+            merchant_id: None,
+            amount: eur(60),
+            idempotency_key: Some("cap-1".into()),
+        };
+        let first = store.reserve_capture(&keyed, &sys()).await.unwrap();
+        assert_eq!(first.record.reference, sluice_store::keyed_capture_reference(&manual.id, "cap-1"));
+        let again = store.reserve_capture(&keyed, &sys()).await.unwrap();
+        assert_eq!((again.record.id, again.replayed), (first.record.id.clone(), true));
+        let more = sluice_store::CaptureRequest { amount: eur(40), ..keyed.clone() };
+        let refused = store.reserve_capture(&more, &sys()).await;
+        assert!(matches!(refused, Err(StoreError::IdempotencyMismatch)), "{refused:?}");
+        assert_eq!(store.list_captures(&manual.id).await.unwrap().len(), 1);
+        assert_eq!(store.payment_amounts(&manual.id).await.unwrap().capture_reserved_minor, 60);
     }
 }

@@ -321,6 +321,7 @@ dual_test! {
                     merchant_id: None,
                     amount: eur(40),
                     reason: None,
+                    idempotency_key: None,
                 },
                 &sys(),
             )
