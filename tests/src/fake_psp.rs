@@ -219,6 +219,20 @@ impl FakePsp {
         id
     }
 
+    /// A refund the PSP committed from a request whose sender died before
+    /// it could record anything but "sent".
+    pub fn seed_refund(&self, payment_id: &str, reference: &str, amount: i64, currency: &str) {
+        let mut l = lock(&self.ledger);
+        let id = l.mint("fr");
+        l.refunds.push(FakeRefund {
+            id,
+            payment: payment_id.to_owned(),
+            reference: reference.to_owned(),
+            amount,
+            currency: currency.to_owned(),
+        });
+    }
+
     /// How many requests hit a route (`create_payment`, `query_payment`, ...).
     pub fn requests(&self, name: &str) -> u64 {
         lock(&self.ledger).requests.get(name).copied().unwrap_or(0)

@@ -51,6 +51,7 @@ pub const OPERATOR_KEY_HEADER: &str = "sluice-operator-key";
 const MAX_NAME_CHARS: usize = 100;
 const MAX_REASON_CODE_CHARS: usize = 64;
 const MAX_NOTE_CHARS: usize = 4000;
+const MAX_PSP_REFERENCE_CHARS: usize = 255;
 /// Default age after which an UNKNOWN is listed for review: 15 minutes.
 const DEFAULT_UNKNOWN_AGE_MS: i64 = 15 * 60 * 1000;
 const MAX_QUEUE: i64 = 100;
@@ -169,6 +170,9 @@ pub struct ProposalView {
     pub evidence_note: String,
     /// For `manual_refund`: the amount in minor units.
     pub amount: Option<i64>,
+    /// For a success outcome: the PSP's reference given as evidence, recorded
+    /// on the attempt, capture or refund on approval.
+    pub psp_reference: Option<String>,
     /// The payment's version the proposer saw; approval is refused once it moved.
     pub payment_version: i64,
     pub target_state: String,
@@ -199,6 +203,7 @@ impl From<&Proposal> for ProposalView {
             reason_code: p.reason_code.clone(),
             evidence_note: p.evidence_note.clone(),
             amount: p.amount_minor,
+            psp_reference: p.psp_reference.clone(),
             payment_version: p.payment_version,
             target_state: p.target_state.clone(),
             target_version: p.target_version,
@@ -302,6 +307,11 @@ pub struct CreateProposalRequest {
     /// payment's currency.
     #[serde(default, deserialize_with = "req::optional_integer")]
     pub amount: Option<i64>,
+    /// For a success outcome only, and required for `attempt_succeeded`: the
+    /// PSP's reference of the payment (or of the refund or capture) the
+    /// evidence shows, e.g. `pi_3Nx...`. Refunds and captures of the payment
+    /// are sent against it.
+    pub psp_reference: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -337,10 +347,17 @@ fn proposal_schema() -> utoipa::openapi::schema::OneOf {
     let names = |outcomes: &mut dyn Iterator<Item = &ReviewOutcome>| -> Vec<&'static str> {
         outcomes.map(|o| o.as_str()).collect()
     };
+    // The PSP reference: required evidence of an attempt success, optional
+    // for the other successes, absent elsewhere.
     let targeted = names(
         &mut ReviewOutcome::ALL
             .iter()
-            .filter(|o| o.target_kind().is_some()),
+            .filter(|o| o.target_kind().is_some() && !o.is_success()),
+    );
+    let other_successes = names(
+        &mut ReviewOutcome::ALL
+            .iter()
+            .filter(|o| o.is_success() && **o != ReviewOutcome::AttemptSucceeded),
     );
     let plain = names(&mut ReviewOutcome::ALL.iter().filter(|o| {
         o.target_kind().is_none()
@@ -355,6 +372,7 @@ fn proposal_schema() -> utoipa::openapi::schema::OneOf {
                    target_id: utoipa::openapi::Object,
                    amount: utoipa::openapi::Object,
                    reason_code: utoipa::openapi::Object,
+                   psp_reference: utoipa::openapi::Object,
                    required: &[&str]| {
         let mut object = ObjectBuilder::new()
             .schema_type(Type::Object)
@@ -371,6 +389,7 @@ fn proposal_schema() -> utoipa::openapi::schema::OneOf {
                 req_schema::required_text(MAX_NOTE_CHARS, false),
             )
             .property("amount", amount)
+            .property("psp_reference", psp_reference)
             .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(false)));
         for field in ["outcome", "reason_code", "evidence_note"]
             .iter()
@@ -392,15 +411,32 @@ fn proposal_schema() -> utoipa::openapi::schema::OneOf {
     };
     OneOfBuilder::new()
         .description(Some(
-            "A resolution for a second operator to approve. `outcome`: see ProposalView.              `target_id`: the attempt, capture or refund the outcome is about. `amount`:              for manual_refund only, in minor units of the payment's currency.",
+            "A resolution for a second operator to approve. `outcome`: see ProposalView.              `target_id`: the attempt, capture or refund the outcome is about. `amount`:              for manual_refund only, in minor units of the payment's currency. `psp_reference`: the PSP's reference the evidence shows, required for attempt_succeeded.",
         ))
-        .item(variant(targeted, req_schema::id(false), null(), reason_code(), &["target_id"]))
-        .item(variant(plain, ignored_target(), null(), reason_code(), &[]))
+        .item(variant(
+            vec![ReviewOutcome::AttemptSucceeded.as_str()],
+            req_schema::id(false),
+            null(),
+            reason_code(),
+            req_schema::required_text(MAX_PSP_REFERENCE_CHARS, false),
+            &["target_id", "psp_reference"],
+        ))
+        .item(variant(
+            other_successes,
+            req_schema::id(false),
+            null(),
+            reason_code(),
+            req_schema::required_text(MAX_PSP_REFERENCE_CHARS, true),
+            &["target_id"],
+        ))
+        .item(variant(targeted, req_schema::id(false), null(), reason_code(), null(), &["target_id"]))
+        .item(variant(plain, ignored_target(), null(), reason_code(), null(), &[]))
         .item(variant(
             vec![ReviewOutcome::ManualRefund.as_str()],
             ignored_target(),
             req_schema::amount(),
             reason_code(),
+            null(),
             &["amount"],
         ))
         .item(variant(
@@ -411,6 +447,7 @@ fn proposal_schema() -> utoipa::openapi::schema::OneOf {
                 .schema_type(Type::String)
                 .enum_values(Some(compensation_reasons))
                 .build(),
+            null(),
             &[],
         ))
         .build()
@@ -674,6 +711,7 @@ pub async fn create_proposal(
     let reason_code = req::required_text(&body.reason_code, "reason_code", MAX_REASON_CODE_CHARS)?;
     let evidence_note = req::required_text(&body.evidence_note, "evidence_note", MAX_NOTE_CHARS)?;
     validate_proposal(outcome, body.amount, &reason_code)?;
+    let psp_reference = evidence_reference(outcome, body.psp_reference.as_deref())?;
     let proposal = state
         .store
         .create_proposal(&NewProposal {
@@ -683,11 +721,39 @@ pub async fn create_proposal(
             reason_code,
             evidence_note,
             amount_minor: body.amount,
+            psp_reference,
             proposed_by: operator.id.clone(),
         })
         .await
         .map_err(review_error)?;
     Ok(json(StatusCode::CREATED, &ProposalView::from(&proposal)))
+}
+
+/// The PSP reference a proposal gives as evidence: required for
+/// `attempt_succeeded` (a success without it could never be refunded),
+/// allowed for the other successes, refused elsewhere.
+fn evidence_reference(
+    outcome: ReviewOutcome,
+    given: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let given = req::optional_text(given, "psp_reference", MAX_PSP_REFERENCE_CHARS)?;
+    match (outcome, &given) {
+        (ReviewOutcome::AttemptSucceeded, None) => Err(ApiError::invalid(
+            "parameter_missing",
+            "psp_reference",
+            "attempt_succeeded needs psp_reference, the PSP's reference of the payment, as \
+             evidence: refunds and captures of the payment are sent against it",
+        )),
+        (outcome, Some(_)) if !outcome.is_success() => Err(ApiError::invalid(
+            "parameter_invalid",
+            "psp_reference",
+            format!(
+                "psp_reference is evidence of a success; {} carries none",
+                outcome.as_str()
+            ),
+        )),
+        _ => Ok(given),
+    }
 }
 
 /// Approve a proposal (a different operator than the proposer). Applies the

@@ -416,6 +416,10 @@ impl Orchestrator {
         };
         let provenance = Self::provenance(&connector, trigger);
         match refund.state {
+            RefundState::Created if attempt.psp_reference.is_none() => {
+                self.hold_refund_for_review(refund, &attempt, &provenance)
+                    .await
+            }
             RefundState::Created => {
                 let spec = action_spec(
                     Operation::Refund,
@@ -469,6 +473,32 @@ impl Orchestrator {
                     .await
             }
         }
+    }
+
+    /// A refund of a payment whose success carries no PSP payment reference
+    /// (an operator's resolution without that evidence) cannot be sent: every
+    /// adapter needs the reference, and a refusal would cancel the refund
+    /// silently. It stays CREATED with its amount reserved, and the payment
+    /// waits in manual review with the reason (flagged once, through the door).
+    async fn hold_refund_for_review(
+        &self,
+        refund: &Refund,
+        attempt: &PaymentAttempt,
+        provenance: &Provenance,
+    ) -> Result<Action, OrchestratorError> {
+        let reason = format!(
+            "refund {} of {} cannot be sent: the payment's success (attempt {}) carries no \
+             PSP payment reference; an operator must settle the refund with the PSP and resolve it",
+            refund.id, refund.amount.amount_minor, attempt.id
+        );
+        self.store()
+            .flag_manual_review(PendingKind::Refund, &refund.id, &reason, provenance)
+            .await?;
+        tracing::warn!(payment_id = %refund.payment_id, refund_id = %refund.id,
+            attempt_id = %attempt.id, "refund held for manual review: no PSP payment reference");
+        Ok(Action::Waiting {
+            reason: "the payment's success carries no PSP reference; in manual review",
+        })
     }
 
     /// Whether a non-UNKNOWN, non-final aggregate may be queried now. The API

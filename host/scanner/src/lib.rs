@@ -351,7 +351,12 @@ impl Scanner {
         tasks: &mut JoinSet<Result<ItemOutcome, ScannerError>>,
     ) {
         let action = match self.decide(&due, now).await {
-            Ok(action) => action,
+            Ok((action, escalated)) => {
+                if escalated {
+                    round.report.escalated += 1;
+                }
+                action
+            }
             Err(error) => {
                 tracing::warn!(error = %error, payment_id = %due.payment_id, id = %due.id, "scanner could not read a row");
                 round.report.errors += 1;
@@ -359,9 +364,6 @@ impl Scanner {
             }
         };
         if action.psp_reference_used().is_none() {
-            if matches!(action, RecoveryAction::EscalateToManualReview { .. }) {
-                round.report.hits += 1;
-            }
             match self.act_locally(&due, &action).await {
                 Ok(outcome) => round.report.count(&outcome),
                 Err(error) => {
@@ -413,19 +415,12 @@ impl Scanner {
             .clone()
     }
 
-    async fn decide(&self, due: &Due, now: i64) -> Result<RecoveryAction, ScannerError> {
-        // Only an UNKNOWN row or a void recorded as sent can be escalated, so
-        // only then is the order read.
-        let in_review = if due.state.is_unknown() || due.void_requested_at.is_some() {
-            self.inner
-                .orch
-                .store()
-                .get_payment(None, &due.payment_id)
-                .await?
-                .manual_review
-        } else {
-            false
-        };
+    /// What the policy says for a row. An escalation is carried out here
+    /// (the flag, through the door, recorded once) and the row is then
+    /// decided again as flagged: escalating adds a flag and never takes the
+    /// place of a query. Returns whether this call raised the flag.
+    async fn decide(&self, due: &Due, now: i64) -> Result<(RecoveryAction, bool), ScannerError> {
+        let policy = &self.inner.config.policy;
         let validity = match (&due.connector_account_id, due.is_authorized()) {
             (Some(account), true) => self
                 .inner
@@ -436,12 +431,63 @@ impl Scanner {
             _ => None,
         };
         let jitter: f64 = rand::random();
-        Ok(decide_recovery(
-            &due.pending_item(in_review, validity),
-            now,
-            jitter,
-            &self.inner.config.policy,
-        ))
+        // Only a row past the age can be escalated, so only then is the order read.
+        let old = now.saturating_sub(due.created_at) >= policy.max_unknown_age_ms;
+        let in_review = old
+            && self
+                .inner
+                .orch
+                .store()
+                .get_payment(None, &due.payment_id)
+                .await?
+                .manual_review;
+        let item = |in_review| due.pending_item(in_review, validity);
+        let action = decide_recovery(&item(in_review), now, jitter, policy);
+        let RecoveryAction::EscalateToManualReview { age_ms, .. } = action else {
+            return Ok((action, false));
+        };
+        if !self.escalate(due, age_ms).await? {
+            // Terminal meanwhile: the escalation stands unflagged, and
+            // `act_locally` leaves the row alone.
+            return Ok((action, false));
+        }
+        Ok((decide_recovery(&item(true), now, jitter, policy), true))
+    }
+
+    /// Flag the row's payment for an operator, through the door: flag,
+    /// reason, one history row and `payment.needs_review` in one
+    /// transaction, no state change. False when the row turned terminal.
+    async fn escalate(&self, due: &Due, age_ms: i64) -> Result<bool, ScannerError> {
+        let reason = format!(
+            "{} {} {} for {} s, past the {} s limit: an operator must decide",
+            due::kind_label(due.kind),
+            due.id,
+            if due.state.is_unknown() {
+                "UNKNOWN"
+            } else if due.void_requested_at.is_some() {
+                "AUTHORIZED with a void the PSP has not confirmed"
+            } else {
+                "still open"
+            },
+            age_ms / 1000,
+            self.inner.config.policy.max_unknown_age_ms / 1000
+        );
+        let applied = self
+            .inner
+            .orch
+            .store()
+            .flag_manual_review(
+                due.kind,
+                &due.id,
+                &reason,
+                &Provenance::actor(SCANNER_ACTOR),
+            )
+            .await?;
+        tracing::warn!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
+            adapter = %due.adapter, kind = due::kind_label(due.kind), id = %due.id,
+            age_ms, decision = applied.decision.as_str(),
+            "pending past its age: flagged for manual review; queries go on");
+        Ok(applied.decision != DecisionKind::IgnoredStale)
     }
 
     /// Recover one row now, under a lease: re-read it from the primary, and
@@ -474,7 +520,15 @@ impl Scanner {
         if !due.is_due(now) {
             return Ok(ItemOutcome::Stale);
         }
-        let action = self.decide(&due, now).await?;
+        // Under the lease the flag is up already if dispatch escalated; a
+        // direct call escalates here, and the row is queried all the same.
+        let (action, escalated) = self.decide(&due, now).await?;
+        if escalated && action.psp_reference_used().is_none() {
+            self.act_locally(&due, &action).await?;
+            return Ok(ItemOutcome::Escalated {
+                age_ms: now.saturating_sub(due.created_at),
+            });
+        }
         match &action {
             RecoveryAction::QueryPsp {
                 next_retry_at_ms, ..
@@ -621,46 +675,6 @@ impl Scanner {
     ) -> Result<ItemOutcome, ScannerError> {
         let store = self.inner.orch.store();
         match action {
-            RecoveryAction::EscalateToManualReview {
-                age_ms,
-                next_retry_at_ms,
-                ..
-            } => {
-                // Through the door: flag + reason + history + outbox
-                // `payment.needs_review` in one transaction, no state change.
-                // A row that turned terminal meanwhile flags nothing.
-                let reason = format!(
-                    "{} {} {} for {} s, past the {} s limit: an operator must decide",
-                    due::kind_label(due.kind),
-                    due.id,
-                    if due.state.is_unknown() {
-                        "UNKNOWN"
-                    } else if due.void_requested_at.is_some() {
-                        "AUTHORIZED with a void the PSP has not confirmed"
-                    } else {
-                        "still open"
-                    },
-                    age_ms / 1000,
-                    self.inner.config.policy.max_unknown_age_ms / 1000
-                );
-                let applied = store
-                    .flag_manual_review(
-                        due.kind,
-                        &due.id,
-                        &reason,
-                        &Provenance::actor(SCANNER_ACTOR),
-                    )
-                    .await?;
-                tracing::warn!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
-                    adapter = %due.adapter, kind = due::kind_label(due.kind), id = %due.id,
-                    age_ms, decision = applied.decision.as_str(),
-                    "UNKNOWN past its age: flagged for manual review");
-                if applied.decision == DecisionKind::IgnoredStale {
-                    return Ok(ItemOutcome::Stale);
-                }
-                due::set_next_look(store, due, Some(*next_retry_at_ms)).await?;
-                Ok(ItemOutcome::Escalated { age_ms: *age_ms })
-            }
             RecoveryAction::NotYet { next_retry_at_ms } => {
                 due::set_next_look(store, due, Some(*next_retry_at_ms)).await?;
                 Ok(ItemOutcome::NotYet)

@@ -112,6 +112,16 @@ impl ReviewOutcome {
             .find(|o| o.as_str() == text)
     }
 
+    /// An outcome that says the PSP did it, so it may carry the PSP's reference.
+    pub fn is_success(&self) -> bool {
+        matches!(
+            self,
+            ReviewOutcome::AttemptSucceeded
+                | ReviewOutcome::RefundSucceeded
+                | ReviewOutcome::CaptureSucceeded
+        )
+    }
+
     /// The kind of row the outcome is about; `None` for the order itself.
     pub fn target_kind(&self) -> Option<PendingKind> {
         match self {
@@ -185,6 +195,9 @@ pub struct Proposal {
     pub evidence_note: String,
     /// For `manual_refund`: the amount in minor units of the payment's currency.
     pub amount_minor: Option<i64>,
+    /// For a success outcome: the PSP's reference of the payment (attempt),
+    /// refund or capture, as evidence; recorded on the target on approval.
+    pub psp_reference: Option<String>,
     pub payment_version: i64,
     pub target_state: String,
     pub target_version: i64,
@@ -209,6 +222,9 @@ pub struct NewProposal {
     pub evidence_note: String,
     /// For `manual_refund` only.
     pub amount_minor: Option<i64>,
+    /// For a success outcome only; required for `attempt_succeeded` (later
+    /// refunds and captures are sent against it).
+    pub psp_reference: Option<String>,
     pub proposed_by: String,
 }
 
@@ -231,8 +247,8 @@ pub enum ReviewError {
 }
 
 pub(crate) const PROPOSAL_COLS: &str = "id, payment_id, target_type, target_id, outcome, \
-    reason_code, evidence_note, amount_minor, payment_version, target_state, target_version, proposed_by, \
-    proposed_at, status, decided_by, decided_at, decision_note, result_json";
+    reason_code, evidence_note, amount_minor, psp_reference, payment_version, target_state, \
+    target_version, proposed_by, proposed_at, status, decided_by, decided_at, decision_note, result_json";
 
 pub(crate) fn proposal_from(row: &AnyRow) -> Result<Proposal, StoreError> {
     let result = opt_text(row, "result_json")?
@@ -251,6 +267,7 @@ pub(crate) fn proposal_from(row: &AnyRow) -> Result<Proposal, StoreError> {
         reason_code: text(row, "reason_code")?,
         evidence_note: text(row, "evidence_note")?,
         amount_minor: opt_int(row, "amount_minor")?,
+        psp_reference: opt_text(row, "psp_reference")?,
         payment_version: int(row, "payment_version")?,
         target_state: text(row, "target_state")?,
         target_version: int(row, "target_version")?,
@@ -362,6 +379,12 @@ impl Store {
     /// the proposer saw them. Changes no payment state.
     pub async fn create_proposal(&self, new: &NewProposal) -> Result<Proposal, ReviewError> {
         let order = self.get_payment(None, &new.payment_id).await?;
+        if new.psp_reference.is_some() && !new.outcome.is_success() {
+            return Err(ReviewError::NotApplicable(format!(
+                "psp_reference is evidence of a success; {} carries none",
+                new.outcome.as_str()
+            )));
+        }
         let manual_refund = new.outcome == ReviewOutcome::ManualRefund;
         if manual_refund != new.amount_minor.is_some() || new.amount_minor.is_some_and(|a| a <= 0) {
             return Err(ReviewError::NotApplicable(
@@ -431,6 +454,7 @@ impl Store {
                 if payment_id != order.id {
                     return Err(StoreError::not_found(new.outcome.target_type(), id).into());
                 }
+                self.check_evidence_reference(new, id).await?;
                 (id.to_owned(), state.to_owned(), version)
             }
         };
@@ -443,6 +467,7 @@ impl Store {
             reason_code: new.reason_code.clone(),
             evidence_note: new.evidence_note.clone(),
             amount_minor: new.amount_minor,
+            psp_reference: new.psp_reference.clone(),
             payment_version: order.version,
             target_state,
             target_version,
@@ -457,8 +482,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO review_proposals (id, payment_id, target_type, target_id, outcome, \
                 reason_code, evidence_note, payment_version, target_state, target_version, \
-                proposed_by, proposed_at, status, amount_minor) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'proposed', $13)",
+                proposed_by, proposed_at, status, amount_minor, psp_reference) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'proposed', $13, $14)",
         )
         .bind(&proposal.id)
         .bind(&proposal.payment_id)
@@ -473,12 +498,60 @@ impl Store {
         .bind(&proposal.proposed_by)
         .bind(proposal.proposed_at)
         .bind(proposal.amount_minor)
+        .bind(proposal.psp_reference.as_deref())
         .execute(self.pool())
         .await
         .map_err(StoreError::from)?;
         tracing::info!(payment_id = %proposal.payment_id, proposal = %proposal.id,
             outcome = %proposal.outcome, operator = %proposal.proposed_by, "resolution proposed");
         Ok(proposal)
+    }
+
+    /// An attempt success must name the PSP's payment reference: without it
+    /// no later refund or capture can be sent. It must agree with one the
+    /// attempt already has, and belong to no other attempt of the adapter.
+    async fn check_evidence_reference(
+        &self,
+        new: &NewProposal,
+        target_id: &str,
+    ) -> Result<(), ReviewError> {
+        if new.outcome != ReviewOutcome::AttemptSucceeded {
+            return Ok(());
+        }
+        let given = new
+            .psp_reference
+            .as_deref()
+            .filter(|r| !r.trim().is_empty());
+        let given = given.ok_or_else(|| {
+            ReviewError::NotApplicable(
+                "attempt_succeeded needs psp_reference, the PSP's reference of the payment, \
+                 as evidence: refunds and captures are sent against it"
+                    .into(),
+            )
+        })?;
+        let attempt = self.get_attempt(target_id).await?;
+        if attempt.psp_reference.as_deref().is_some_and(|r| r != given) {
+            return Err(ReviewError::NotApplicable(format!(
+                "the attempt already carries the PSP reference {:?}, not {given:?}",
+                attempt.psp_reference.unwrap_or_default()
+            )));
+        }
+        let other = sqlx::query(
+            "SELECT id FROM payment_attempts WHERE adapter = $1 AND psp_reference = $2 AND id <> $3",
+        )
+        .bind(&attempt.adapter)
+        .bind(given)
+        .bind(&attempt.id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(StoreError::from)?;
+        match other {
+            Some(row) => Err(ReviewError::NotApplicable(format!(
+                "the PSP reference {given:?} belongs to attempt {}",
+                text(&row, "id")?
+            ))),
+            None => Ok(()),
+        }
     }
 
     pub async fn get_proposal(&self, id: &str) -> Result<Proposal, StoreError> {

@@ -302,8 +302,22 @@ async fn every_bound_the_server_checks_is_stated_in_the_document() {
     let proposal = &doc["components"]["schemas"]["CreateProposalRequest"];
     assert_eq!(
         proposal["oneOf"].as_array().map(Vec::len),
-        Some(4),
+        Some(6),
         "{proposal}"
+    );
+    // An operator's attempt success carries the PSP reference (issue 11 §3).
+    let success = proposal["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["properties"]["outcome"]["enum"] == json!(["attempt_succeeded"]))
+        .expect("an attempt_succeeded variant");
+    assert!(
+        success["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("psp_reference")),
+        "{success}"
     );
 }
 

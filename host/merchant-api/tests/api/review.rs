@@ -91,8 +91,10 @@ dual_test! {
         assert_eq!(item["payment"]["attempts"][0]["state"], "UNKNOWN");
         assert!(item["timeline"].as_array().unwrap().iter().any(|e| e["to_state"] == "UNKNOWN"), "{item}");
 
+        let mut success = proposal_body("attempt_succeeded", &attempt_id);
+        success["psp_reference"] = json!(gw.psp.payments()[0].id);
         let proposal = as_operator(gw, &alice, &format!("/admin/review/payments/{payment_id}/proposals"),
-            Some(&proposal_body("attempt_succeeded", &attempt_id)))
+            Some(&success))
             .await
             .expect(201)
             .json();
@@ -302,7 +304,8 @@ dual_test! {
         let bob = operator(gw, "bob").await;
         let proposal = as_operator(gw, &alice, &format!("/admin/review/payments/{payment_id}/proposals"),
             Some(&json!({"outcome": "attempt_succeeded", "target_id": attempt_id,
-                "reason_code": "psp_statement", "evidence_note": "the PSP statement lists it"})))
+                "reason_code": "psp_statement", "evidence_note": "the PSP statement lists it",
+                "psp_reference": gw.psp.payments()[0].id})))
             .await
             .expect(201)
             .json();
@@ -333,5 +336,94 @@ dual_test! {
             .expect_error(401, "operator_key_invalid");
         let attempt = gw.store().get_attempt(&attempt_id).await.unwrap();
         assert_eq!(attempt.state, sluice_core::AttemptState::Unknown, "nothing moved");
+    }
+}
+
+dual_test! {
+    /// Issue 11 §3: an operator's success carries the PSP reference as
+    /// evidence, so the payment can be refunded afterwards.
+    async fn an_operator_success_needs_the_psp_reference_stores_it_and_a_later_refund_is_sent_against_it(gw) {
+        let m = gw.merchant("Acme").await;
+        let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-psp").await;
+        let alice = operator(gw, "alice").await;
+        let bob = operator(gw, "bob").await;
+        let path = format!("/admin/review/payments/{payment_id}/proposals");
+        let mut success = proposal_body("attempt_succeeded", &attempt_id);
+        let missing = as_operator(gw, &alice, &path, Some(&success)).await;
+        let error = missing.expect_error(400, "parameter_missing");
+        assert_eq!(error["param"], "psp_reference", "{error}");
+        let mut failed = proposal_body("attempt_failed", &attempt_id);
+        failed["psp_reference"] = json!("pi_whatever");
+        as_operator(gw, &alice, &path, Some(&failed)).await.expect_error(400, "parameter_invalid");
+        assert!(gw.store().proposals_for_payment(&payment_id).await.unwrap().is_empty(), "nothing recorded");
+
+        let psp_payment = gw.psp.payments()[0].id.clone();
+        success["psp_reference"] = json!(psp_payment);
+        let proposal = as_operator(gw, &alice, &path, Some(&success)).await.expect(201).json();
+        assert_eq!(proposal["psp_reference"], psp_payment.as_str());
+        let approve = format!("/admin/review/proposals/{}/approve", proposal["id"].as_str().unwrap());
+        as_operator(gw, &bob, &approve, Some(&json!({}))).await.expect(200);
+        let paid = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.expect(200).json();
+        assert_eq!(paid["attempts"][0]["state"], "SUCCEEDED", "{paid}");
+        assert_eq!(paid["attempts"][0]["psp_reference"], psp_payment.as_str(), "{paid}");
+
+        let refund = gw.post(&m.key, &format!("/v1/payments/{payment_id}/refunds"), &json!({"amount": 300}))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(refund["state"], "SUCCEEDED", "{refund}");
+        let at_psp = gw.psp.refunds();
+        assert_eq!(at_psp.len(), 1);
+        assert_eq!((at_psp[0].payment.as_str(), at_psp[0].amount), (psp_payment.as_str(), 300));
+    }
+}
+
+dual_test! {
+    /// A success resolved before the evidence was required carries no PSP
+    /// reference: a refund of it waits in manual review with the reason,
+    /// reserved, instead of being cancelled without a word.
+    async fn a_refund_of_a_success_without_a_psp_reference_waits_in_manual_review_instead_of_a_silent_cancel(gw) {
+        use sluice_core::{EventKind, EvidenceSource, PaymentEvent};
+        let m = gw.merchant("Acme").await;
+        let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-noref").await;
+        let attempt = gw.store().get_attempt(&attempt_id).await.unwrap();
+        let operator_success = sluice_store::ApplyEvent {
+            target: sluice_store::EventTarget::Attempt(attempt.reference.clone()),
+            event: PaymentEvent {
+                attempt_reference: Some(attempt.reference.clone()),
+                provider_event_id: Some("review:legacy".into()),
+                ..PaymentEvent::new(EventKind::PaymentSucceeded, EvidenceSource::Operator)
+            },
+            provenance: sluice_store::Provenance::actor("operator:alice+operator:bob"),
+            inbox_id: None,
+            next_retry_time: None,
+        };
+        gw.store().apply_event(&operator_success).await.unwrap();
+        let attempt = gw.store().get_attempt(&attempt_id).await.unwrap();
+        assert_eq!((attempt.state, attempt.psp_reference), (sluice_core::AttemptState::Succeeded, None));
+
+        let refund = gw.post(&m.key, &format!("/v1/payments/{payment_id}/refunds"), &json!({"amount": 300}))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!((refund["state"].as_str(), refund["status"].as_str()), (Some("CREATED"), Some("pending")), "{refund}");
+        let refund_id = refund["id"].as_str().unwrap().to_owned();
+        // The scanner comes back to it: still waiting, flagged once.
+        for _ in 0..2 {
+            gw.orch.advance(sluice_orchestrator::Target::Refund(refund_id.clone()), sluice_orchestrator::Trigger::Scanner)
+                .await
+                .unwrap();
+        }
+        let payment = gw.get(&m.key, &format!("/v1/payments/{payment_id}")).await.expect(200).json();
+        assert_eq!(payment["manual_review"], true, "{payment}");
+        let reason = payment["manual_review_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("no PSP payment reference") && reason.contains(&refund_id), "{reason}");
+        assert_eq!(payment["refunds"][0]["state"], "CREATED", "never cancelled: {payment}");
+        assert_eq!(payment["amounts"]["refund_reserved"], 300, "{payment}");
+        assert!(gw.psp.refunds().is_empty(), "nothing sent");
+        let escalations = gw.store().timeline(&payment_id).await.unwrap().into_iter()
+            .filter(|e| e.event_kind == sluice_store::ESCALATE_KIND)
+            .count();
+        assert_eq!(escalations, 1, "recorded once");
     }
 }

@@ -4,7 +4,7 @@ use sluice_core::{AttemptState, EventKind, EvidenceSource, PaymentEvent};
 use sluice_scanner::{ItemOutcome, Scanner};
 use sluice_store::{ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, PendingKind, Provenance};
 
-use crate::common::{fast_policy, scanner_config, Harness, Mode, PspRoute, TestDb};
+use crate::common::{eur, fast_policy, scanner_config, Harness, Mode, PspRoute, TestDb};
 use crate::dual_test;
 
 /// What a process killed mid-request leaves behind: the attempt recorded
@@ -240,6 +240,8 @@ dual_test! {
     async fn an_unknown_past_its_age_flags_the_payment_for_review_through_the_door_once(db) {
         let h = Harness::new(db).await;
         let attempt = unknown_after_commit_then_timeout(&h, "o-escalate").await;
+        // The PSP cannot answer queries for now.
+        h.psp.set_mode(PspRoute::Queries, Mode::ServerError);
         let mut policy = fast_policy(100);
         policy.max_unknown_age_ms = 0;
         let scanner = h.scanner(policy);
@@ -247,8 +249,9 @@ dual_test! {
         let before = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
         assert!(!before.manual_review);
 
+        // Escalating adds the flag and never replaces the query.
         let report = scanner.scan_once().await.unwrap();
-        assert_eq!((report.escalated, report.queried, report.errors), (1, 0, 0), "{report:?}");
+        assert_eq!((report.escalated, report.queried, report.errors), (1, 1, 0), "{report:?}");
         let flagged = h.store().get_payment(None, &attempt.payment_id).await.unwrap();
         assert!(flagged.manual_review);
         assert!(flagged.manual_review_reason.as_deref().unwrap_or("").contains("UNKNOWN"), "{flagged:?}");
@@ -273,6 +276,15 @@ dual_test! {
         let needs_review = h.store().outbox_for_payment(&attempt.payment_id).await.unwrap()
             .into_iter().filter(|m| m.event_type == "payment.needs_review").count();
         assert_eq!(needs_review, 1, "the merchant is told once");
+        assert_eq!(escalations(&h, &attempt.payment_id).await, (1, 1), "recorded once");
+
+        // The PSP answers: the attempt converges, still with one charge.
+        h.psp.set_mode(PspRoute::Queries, Mode::Succeed);
+        until_due(&h, &attempt.id).await;
+        let last = scanner.scan_once().await.unwrap();
+        assert_eq!((last.escalated, last.queried, last.converged), (0, 1, 1), "{last:?}");
+        assert_eq!(h.store().get_attempt(&attempt.id).await.unwrap().state, AttemptState::Succeeded);
+        assert_eq!(h.psp.payments_for(&attempt.reference).len(), 1, "exactly one charge");
     }
 }
 
@@ -428,5 +440,178 @@ dual_test! {
         assert_eq!((report.expired, report.errors), (1, 0), "{report:?}");
         let after = h.store().get_attempt(&attempt.id).await.unwrap();
         assert_eq!(after.state, AttemptState::Canceled);
+    }
+}
+
+/// Sleep until a refund's stored retry time has passed.
+async fn until_refund_due(h: &Harness, refund_id: &str) {
+    let refund = h.store().get_refund(refund_id).await.unwrap();
+    let due = refund
+        .next_retry_time
+        .expect("a pending refund is scheduled");
+    let wait = due.saturating_sub(h.store().now_ms()).max(0) + 20;
+    tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap())).await;
+}
+
+/// A succeeded payment of 1000 (one charge at the fake PSP).
+async fn succeeded(h: &Harness, order_no: &str) -> (String, String) {
+    let view = h
+        .orch
+        .create_payment(&h.merchant.id, h.payment(order_no, 1000, true))
+        .await
+        .expect("create and confirm")
+        .view;
+    let attempt = &view.details.attempts[0];
+    assert_eq!(attempt.state, AttemptState::Succeeded);
+    let psp_payment = attempt.psp_reference.clone().expect("the PSP's payment id");
+    (view.details.order.id, psp_payment)
+}
+
+/// How often the payment was escalated: history rows and merchant events.
+async fn escalations(h: &Harness, payment_id: &str) -> (usize, usize) {
+    let rows = h
+        .store()
+        .timeline(payment_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event_kind == sluice_store::ESCALATE_KIND)
+        .count();
+    let events = h
+        .store()
+        .outbox_for_payment(payment_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.event_type == "payment.needs_review")
+        .count();
+    (rows, events)
+}
+
+/// Scan rounds until one queries the refund (the policy may first move it
+/// on to its due time): that round's report, and the escalations counted on
+/// the way.
+async fn scan_until_queried(
+    h: &Harness,
+    scanner: &Scanner,
+    refund_id: &str,
+) -> (sluice_scanner::ScanReport, u64) {
+    let mut escalated = 0;
+    for _ in 0..100 {
+        until_refund_due(h, refund_id).await;
+        let report = scanner.scan_once().await.unwrap();
+        assert_eq!(report.errors, 0, "{report:?}");
+        escalated += report.escalated;
+        if report.queried > 0 {
+            return (report, escalated);
+        }
+    }
+    panic!("the scanner never queried refund {refund_id}");
+}
+
+/// Scanner rounds over a refund past its age whose PSP cannot say yet:
+/// it is queried on its backoff every time, and flagged only once.
+async fn rounds_flag_once_and_query_each_time(
+    h: &Harness,
+    scanner: &Scanner,
+    refund_id: &str,
+    payment_id: &str,
+) {
+    let reference = h.store().get_refund(refund_id).await.unwrap().reference;
+    let before = h.psp.queries_for(&reference);
+    let mut escalated = 0;
+    for round in 0..3u64 {
+        let (report, flagged) = scan_until_queried(h, scanner, refund_id).await;
+        escalated += flagged;
+        assert_eq!(
+            (report.queried, report.converged),
+            (1, 0),
+            "round {round}: {report:?}"
+        );
+        assert_eq!(
+            h.psp.queries_for(&reference),
+            before + round + 1,
+            "round {round}"
+        );
+        assert_eq!(
+            escalations(h, payment_id).await,
+            (1, 1),
+            "flagged once, recorded once"
+        );
+    }
+    assert_eq!(escalated, 1, "escalated in one round only");
+    let flagged = h.store().get_payment(None, payment_id).await.unwrap();
+    assert!(flagged.manual_review, "{flagged:?}");
+}
+
+dual_test! {
+    /// Issue 11 §3: escalation adds a flag; it never stops queries, and it
+    /// records once.
+    async fn a_refund_unknown_past_its_age_is_flagged_once_and_queried_every_round_until_it_converges(db) {
+        let h = Harness::new(db).await;
+        let (payment_id, _) = succeeded(&h, "o-refund-unknown").await;
+        h.psp.set_mode(PspRoute::Refunds, Mode::TimeoutAfterCommit(Duration::from_secs(3)));
+        let refund = h.orch.refund(&h.merchant.id, &payment_id, Some(eur(300)), None).await.unwrap().refund;
+        assert_eq!(refund.state.as_str(), "UNKNOWN");
+        h.psp.set_mode(PspRoute::Queries, Mode::ServerError);
+        let mut policy = fast_policy(100);
+        policy.max_unknown_age_ms = 0;
+        let scanner = h.scanner(policy);
+
+        rounds_flag_once_and_query_each_time(&h, &scanner, &refund.id, &payment_id).await;
+
+        h.psp.set_mode(PspRoute::Queries, Mode::Succeed);
+        let (report, escalated) = scan_until_queried(&h, &scanner, &refund.id).await;
+        assert_eq!((escalated, report.queried, report.converged), (0, 1, 1), "{report:?}");
+        assert_eq!(h.store().get_refund(&refund.id).await.unwrap().state.as_str(), "SUCCEEDED");
+        assert_eq!(h.psp.refunds().len(), 1, "exactly one refund");
+        assert_eq!(escalations(&h, &payment_id).await, (1, 1));
+    }
+}
+
+dual_test! {
+    /// A refund recorded as sent by a process that died before sending stays
+    /// PROCESSING: past its age it is flagged once and still queried every
+    /// round (it used to be re-escalated each round and never queried again).
+    async fn a_refund_processing_past_its_age_is_flagged_once_and_still_queried_every_round(db) {
+        let h = Harness::new(db).await;
+        let (payment_id, psp_payment) = succeeded(&h, "o-refund-processing").await;
+        let provenance = Provenance::actor("system:api");
+        let reserved = h.store()
+            .reserve_refund(&sluice_store::RefundRequest {
+                payment_id: payment_id.clone(), merchant_id: None, amount: eur(300), reason: None, idempotency_key: None,
+            }, &provenance)
+            .await
+            .unwrap()
+            .record;
+        let now = h.store().now_ms();
+        h.store()
+            .apply_event(&ApplyEvent {
+                target: EventTarget::Refund(reserved.reference.clone()),
+                event: PaymentEvent {
+                    action_reference: Some(reserved.reference.clone()),
+                    raw_status: "sent".into(),
+                    ..PaymentEvent::new(EventKind::RefundProcessing, EvidenceSource::SyncResponse)
+                },
+                provenance,
+                inbox_id: None,
+                next_retry_time: Some(now),
+            })
+            .await
+            .unwrap();
+        assert_eq!(h.store().get_refund(&reserved.id).await.unwrap().state.as_str(), "PROCESSING");
+        let mut policy = fast_policy(100);
+        policy.max_unknown_age_ms = 0;
+        let scanner = h.scanner(policy);
+
+        // The PSP has nothing under the reference yet: queries prove nothing.
+        rounds_flag_once_and_query_each_time(&h, &scanner, &reserved.id, &payment_id).await;
+
+        // The request had reached the PSP after all.
+        h.psp.seed_refund(&psp_payment, &reserved.reference, 300, "EUR");
+        let (report, escalated) = scan_until_queried(&h, &scanner, &reserved.id).await;
+        assert_eq!((escalated, report.queried, report.converged), (0, 1, 1), "{report:?}");
+        assert_eq!(h.store().get_refund(&reserved.id).await.unwrap().state.as_str(), "SUCCEEDED");
+        assert_eq!(escalations(&h, &payment_id).await, (1, 1));
     }
 }

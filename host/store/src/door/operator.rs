@@ -18,10 +18,12 @@ pub const ESCALATE_KIND: &str = "COMMAND_ESCALATE_MANUAL_REVIEW";
 
 impl Store {
     /// Flag the payment of a pending attempt, capture or refund for manual
-    /// review, with `reason`, without changing any state. A payment already
-    /// flagged records an ignored duplicate; an aggregate that turned
-    /// terminal meanwhile records an ignored stale decision (nothing is
-    /// flagged then).
+    /// review, with `reason`, without changing any state. It records once: a
+    /// payment already flagged answers an ignored duplicate and writes
+    /// nothing (no history row, no outbox event), however often its callers
+    /// (each scanner round, each advance of a refund that cannot be sent)
+    /// ask. An aggregate that turned terminal meanwhile records an ignored
+    /// stale decision (nothing is flagged then).
     pub async fn flag_manual_review(
         &self,
         kind: PendingKind,
@@ -38,7 +40,11 @@ impl Store {
             let order = order_in(&mut tx, &payment_id).await?;
             let amounts = amounts_in(&mut tx, &payment_id).await?;
             let subject = pending_subject(&mut tx, kind, id).await?;
-            let verdict = escalation_verdict(&order, &subject, reason);
+            if order.manual_review {
+                tx.rollback().await?;
+                return Ok(already_flagged(&order, &subject));
+            }
+            let verdict = escalation_verdict(&subject, reason);
             let plan = Plan::command(
                 (order, amounts, subject),
                 verdict,
@@ -58,11 +64,28 @@ impl Store {
     }
 }
 
-fn escalation_verdict(order: &PaymentOrder, subject: &Subject, reason: &str) -> Verdict {
+/// The answer to flagging a payment that is flagged already: nothing written.
+fn already_flagged(order: &PaymentOrder, subject: &Subject) -> Applied {
+    Applied {
+        decision: DecisionKind::IgnoredDuplicate,
+        reason: "the payment is already flagged for manual review".to_owned(),
+        payment_id: order.id.clone(),
+        aggregate: subject.aggregate,
+        aggregate_id: subject.id.clone(),
+        from_state: subject.state.to_owned(),
+        to_state: subject.state.to_owned(),
+        aggregate_version: subject.version,
+        payment_version: order.version,
+        order_state: order.state,
+        history_ids: Vec::new(),
+        outbox_event_ids: Vec::new(),
+        tries: 1,
+    }
+}
+
+fn escalation_verdict(subject: &Subject, reason: &str) -> Verdict {
     let mut verdict = Verdict::duplicate(String::new());
-    if order.manual_review {
-        verdict.reason = "the payment is already flagged for manual review".to_owned();
-    } else if is_terminal_state(subject.aggregate, subject.state) {
+    if is_terminal_state(subject.aggregate, subject.state) {
         verdict.kind = DecisionKind::IgnoredStale;
         verdict.reason = format!(
             "{} {} is already {}: nothing to escalate",
@@ -512,6 +535,8 @@ async fn operator_event(
     };
     let mut event = PaymentEvent::new(kind, EvidenceSource::Operator);
     event.failure = failure;
+    // The evidence of a success: recorded on the target by the door.
+    event.psp_reference = proposal.psp_reference.clone();
     // Unique per proposal: the door's dedupe sees a re-application as a duplicate.
     event.provider_event_id = Some(format!("review:{}", proposal.id));
     event.raw_status = format!(

@@ -443,6 +443,7 @@ fn operator_proposal(
         reason_code: reason_code.into(),
         evidence_note: "the business's ledger shows no renewal for this payment".into(),
         amount_minor: None,
+        psp_reference: None,
         proposed_by: by.to_owned(),
     }
 }
