@@ -313,7 +313,11 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
             ApiError::conflict("amount_exceeds_capturable", message).with_param("amount")
         }
         OrchestratorError::InvalidRequest(_) => ApiError::bad_request("invalid_request", message),
-        OrchestratorError::NoRoute(_) => ApiError::not_found("no_route", message),
+        OrchestratorError::Route(refusal) => route_refusal(&refusal),
+        OrchestratorError::OrderNoConflict { .. } => {
+            ApiError::conflict("merchant_order_no_conflict", message)
+                .with_param("merchant_order_no")
+        }
         OrchestratorError::Busy(_) => ApiError::conflict(
             "lock_timeout",
             "the payment is being changed by another request; retry shortly",
@@ -331,6 +335,22 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
         }
         OrchestratorError::FulfillmentRefused(refusal) => fulfillment_refusal(&refusal),
         OrchestratorError::Store(store) => store_error(store),
+    }
+}
+
+/// No connector account of the merchant can serve the payment; nothing was
+/// written, so the answer is never stored for an idempotent replay.
+pub fn route_refusal(refusal: &sluice_orchestrator::RouteRefusal) -> ApiError {
+    use sluice_orchestrator::RouteRefusal as R;
+    let message = refusal.to_string();
+    let param = refusal.param();
+    match refusal {
+        R::UnknownAccount => ApiError::not_found("resource_missing", message)
+            .with_param(param)
+            .before_execution(),
+        R::Disabled(_) => ApiError::state_conflict("connector_account_disabled", param, message),
+        R::NoMatch { .. } => ApiError::missing("no_route", param, message),
+        R::Ambiguous { .. } => ApiError::state_conflict("route_ambiguous", param, message),
     }
 }
 

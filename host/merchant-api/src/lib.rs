@@ -36,16 +36,13 @@ use axum::response::Response;
 use axum::routing::Route;
 use axum::Router;
 use sluice_orchestrator::Orchestrator;
-use sluice_store::{ApiKeyPepper, ConnectorAccount, Store, StoreError};
+use sluice_store::{ApiKeyPepper, Store, StoreError};
 use tower::{Layer, Service};
 use tracing::Instrument;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::auth::AuthedMerchant;
-use crate::error::ApiError;
 use crate::limits::{KeyedRateLimiter, RateLimit, WebhookMetrics};
-use crate::requests::RoutingHint;
 
 /// Largest request body of a `/v1` or `/admin` endpoint.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -122,84 +119,6 @@ impl MerchantApiState {
 
     pub(crate) fn webhook_limiter(&self) -> &KeyedRateLimiter {
         &self.webhook_limiter
-    }
-
-    /// The connector account a payment goes through: the one named; else the
-    /// merchant's only active account of the hinted adapter; else, when an
-    /// account is `required` (a confirm), the merchant's only active account.
-    /// Resolved here, before anything is written, and handed to the
-    /// orchestrator by id, so what was validated is what is used.
-    pub(crate) async fn route(
-        &self,
-        merchant: &AuthedMerchant,
-        connector_account: Option<&str>,
-        routing: Option<&RoutingHint>,
-        required: bool,
-    ) -> Result<Option<ConnectorAccount>, ApiError> {
-        if let Some(id) = connector_account {
-            return self.named_account(merchant, id).await.map(Some);
-        }
-        if routing.is_none() && !required {
-            return Ok(None);
-        }
-        let param = if routing.is_some() {
-            "routing.adapter"
-        } else {
-            "connector_account"
-        };
-        let candidates: Vec<ConnectorAccount> = self
-            .store
-            .list_connector_accounts(&merchant.merchant_id)
-            .await?
-            .into_iter()
-            .filter(|a| a.status == "active")
-            .filter(|a| routing.is_none_or(|hint| a.adapter == hint.adapter))
-            .collect();
-        match <[ConnectorAccount; 1]>::try_from(candidates) {
-            Ok([one]) => Ok(Some(one)),
-            Err(candidates) if candidates.is_empty() => Err(ApiError::missing(
-                "no_route",
-                param,
-                "no active connector account can serve this payment",
-            )),
-            Err(_) => Err(ApiError::state_conflict(
-                "route_ambiguous",
-                param,
-                "several active connector accounts match; name one with connector_account",
-            )),
-        }
-    }
-
-    async fn named_account(
-        &self,
-        merchant: &AuthedMerchant,
-        id: &str,
-    ) -> Result<ConnectorAccount, ApiError> {
-        let missing = || {
-            ApiError::not_found("resource_missing", "no such connector account")
-                .with_param("connector_account")
-                .before_execution()
-        };
-        if !requests::looks_like_id(id) {
-            return Err(missing());
-        }
-        let account = match self
-            .store
-            .get_connector_account(id, Some(&merchant.merchant_id))
-            .await
-        {
-            Ok(account) => account,
-            Err(StoreError::NotFound { .. }) => return Err(missing()),
-            Err(e) => return Err(e.into()),
-        };
-        if account.status != "active" {
-            return Err(ApiError::state_conflict(
-                "connector_account_disabled",
-                "connector_account",
-                format!("connector account {} is disabled", account.id),
-            ));
-        }
-        Ok(account)
     }
 }
 

@@ -99,17 +99,9 @@ pub async fn confirm(
             "give either connector_account or routing, not both",
         ));
     }
-    let account = state
-        .route(
-            &merchant,
-            body.connector_account.as_deref(),
-            body.routing.as_ref(),
-            true,
-        )
-        .await?;
     let options = ConfirmOptions {
-        connector_account_id: account.map(|a| a.id),
-        adapter_hint: None,
+        connector_account_id: body.connector_account.clone(),
+        adapter_hint: body.routing.as_ref().map(|hint| hint.adapter.clone()),
         payment_method_token: payment_method,
     };
     let view = state

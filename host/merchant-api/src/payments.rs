@@ -6,8 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use sluice_core::OrderState;
-use sluice_orchestrator::ConfirmOptions;
-use sluice_store::{NewPayment, PaymentFilter, PaymentOrder, Provenance, StoreError};
+use sluice_orchestrator::{ConfirmOptions, CreatePayment};
+use sluice_store::{NewPayment, PaymentFilter, Provenance, StoreError};
 
 use crate::auth::AuthedMerchant;
 use crate::error::{ApiError, ErrorBody};
@@ -103,50 +103,6 @@ fn validate_create(
     })
 }
 
-/// Which stored parameters differ from a repeated create's (empty: same payment).
-fn differences(existing: &PaymentOrder, new: &NewPayment) -> Vec<&'static str> {
-    let mut diff = Vec::new();
-    if existing.amount.amount_minor != new.amount.amount_minor {
-        diff.push("amount");
-    }
-    if existing.amount.currency != new.amount.currency {
-        diff.push("currency");
-    }
-    if existing.capture_mode != new.capture_mode {
-        diff.push("capture_mode");
-    }
-    if existing.payment_method_token != new.payment_method_token {
-        diff.push("payment_method");
-    }
-    if existing.return_url != new.return_url {
-        diff.push("return_url");
-    }
-    if existing.description != new.description {
-        diff.push("description");
-    }
-    if existing.metadata != new.metadata {
-        diff.push("metadata");
-    }
-    let (a, b) = (&existing.fulfillment, &new.fulfillment);
-    if (&a.biz_key, a.deadline, &a.mode) != (&b.biz_key, b.deadline, &b.mode) {
-        diff.push("fulfillment");
-    }
-    diff
-}
-
-fn order_no_conflict(existing: &PaymentOrder, diff: &[&str]) -> ApiError {
-    ApiError::conflict(
-        "merchant_order_no_conflict",
-        format!(
-            "merchant_order_no {:?} is already used by payment {} with different {}",
-            existing.merchant_order_no,
-            existing.id,
-            diff.join(", ")
-        ),
-    )
-    .with_param("merchant_order_no")
-}
-
 /// Create a payment, unique per merchant order number.
 #[utoipa::path(
     post, path = "/v1/payments", tag = "payments",
@@ -169,101 +125,47 @@ pub async fn create_payment(
     merchant: AuthedMerchant,
     ApiJson(body): ApiJson<CreatePaymentRequest>,
 ) -> Result<Response, ApiError> {
-    let valid = validate_create(&merchant, &body, state.store.now_ms())?;
+    let now = state.orchestrator.now_ms();
+    let valid = validate_create(&merchant, &body, now)?;
+    let options = ConfirmOptions {
+        connector_account_id: body.connector_account.clone(),
+        adapter_hint: body.routing.as_ref().map(|hint| hint.adapter.clone()),
+        payment_method_token: None,
+    };
     let confirm = body.confirm == Some(true);
-    let account = state
-        .route(
-            &merchant,
-            body.connector_account.as_deref(),
-            body.routing.as_ref(),
-            confirm,
-        )
-        .await?;
-    let (order, created) = create_or_existing(&state, &merchant, &valid.new).await?;
-    record_payment_id(&order.id);
-    if created {
-        tracing::info!(payment_id = %order.id, merchant = %merchant.merchant_id, "payment created");
+    if !confirm && (options.connector_account_id.is_some() || options.adapter_hint.is_some()) {
+        // A named account or hint is checked even without a confirm.
+        state
+            .orchestrator
+            .route(&merchant.merchant_id, &options)
+            .await?;
     }
-    let status = if created {
+    let new = valid.new;
+    let params = CreatePayment {
+        merchant_order_no: new.merchant_order_no,
+        amount: new.amount,
+        capture_mode: new.capture_mode,
+        payment_method_token: new.payment_method_token,
+        return_url: new.return_url,
+        description: new.description,
+        metadata: new.metadata,
+        fulfillment: new.fulfillment,
+        confirm: confirm.then_some(options),
+    };
+    let created = state
+        .orchestrator
+        .create_payment(&merchant.merchant_id, params)
+        .await?;
+    record_payment_id(&created.view.details.order.id);
+    let status = if created.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let details = match account.filter(|_| confirm) {
-        // A repeated create confirms only a payment that was never confirmed.
-        Some(account) if state.store.list_attempts(&order.id).await?.is_empty() => {
-            let options = ConfirmOptions {
-                connector_account_id: Some(account.id),
-                adapter_hint: None,
-                payment_method_token: None,
-            };
-            state
-                .orchestrator
-                .confirm(&merchant.merchant_id, &order.id, &options)
-                .await?
-                .details
-        }
-        _ => {
-            state
-                .store
-                .payment_details(Some(&merchant.merchant_id), &order.id)
-                .await?
-        }
-    };
     Ok(json(
         status,
-        &PaymentResource::from_details(&details, state.store.now_ms()),
+        &PaymentResource::from_details(&created.view.details, state.orchestrator.now_ms()),
     ))
-}
-
-/// Insert, or find the payment already holding this order number: the same
-/// parameters return it, others are a conflict.
-async fn create_or_existing(
-    state: &MerchantApiState,
-    merchant: &AuthedMerchant,
-    new: &NewPayment,
-) -> Result<(PaymentOrder, bool), ApiError> {
-    if let Some(order) = existing_by_order_no(state, merchant, new).await? {
-        return Ok((order, false));
-    }
-    match state
-        .store
-        .create_payment(new, &merchant_provenance(merchant))
-        .await
-    {
-        Ok(order) => Ok((order, true)),
-        // A concurrent create with the same number won the race.
-        Err(StoreError::Conflict(_)) => existing_by_order_no(state, merchant, new)
-            .await?
-            .map(|order| (order, false))
-            .ok_or_else(|| {
-                ApiError::conflict("conflict", "the payment could not be created; retry")
-            }),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn existing_by_order_no(
-    state: &MerchantApiState,
-    merchant: &AuthedMerchant,
-    new: &NewPayment,
-) -> Result<Option<PaymentOrder>, ApiError> {
-    match state
-        .store
-        .get_payment_by_order_no(&merchant.merchant_id, &new.merchant_order_no)
-        .await
-    {
-        Ok(existing) => {
-            let diff = differences(&existing, new);
-            if diff.is_empty() {
-                Ok(Some(existing))
-            } else {
-                Err(order_no_conflict(&existing, &diff))
-            }
-        }
-        Err(StoreError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Reject ids that cannot exist with the same 404 as a missing one.

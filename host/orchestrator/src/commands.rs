@@ -13,12 +13,10 @@
 use std::future::Future;
 
 use sluice_core::{
-    client_status, refund_client_status, request_void, AttemptState, CaptureMode, ClientStatus,
-    Money,
+    client_status, refund_client_status, request_void, AttemptState, ClientStatus, Money,
 };
 use sluice_store::{
-    Capture, CaptureRequest, NewAttempt, NewPayment, PaymentDetails, Provenance, Refund,
-    RefundRequest, StoreError,
+    Capture, CaptureRequest, NewAttempt, PaymentDetails, Provenance, Refund, RefundRequest,
 };
 
 use crate::advance::{attempt_spec, Action, Advanced};
@@ -28,21 +26,6 @@ use crate::convert::Operation;
 use crate::error::OrchestratorError;
 use crate::exits::VoidReason;
 use crate::orchestrator::{Orchestrator, OwnAggregate, Target, Trigger};
-
-/// What a merchant creates a payment with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreatePayment {
-    pub merchant_order_no: String,
-    pub amount: Money,
-    pub capture_mode: CaptureMode,
-    pub payment_method_token: Option<String>,
-    pub return_url: Option<String>,
-    pub description: Option<String>,
-    /// A JSON object of string values.
-    pub metadata: serde_json::Value,
-    /// Start the first attempt right away, with these options.
-    pub confirm: Option<ConfirmOptions>,
-}
 
 /// How to confirm. The connector account serving the attempt is the one
 /// named, else the merchant's only active account of the hinted adapter,
@@ -99,63 +82,6 @@ enum Waited<T> {
 }
 
 impl Orchestrator {
-    /// Create a payment (unique per merchant and merchant order number). The
-    /// same number with the same parameters returns the existing payment;
-    /// with different parameters it is a conflict. With `confirm`, the first
-    /// attempt starts at once.
-    pub async fn create_payment(
-        &self,
-        merchant_id: &str,
-        params: CreatePayment,
-    ) -> Result<Created, OrchestratorError> {
-        if !params.metadata.is_object() {
-            return Err(OrchestratorError::InvalidRequest(
-                "metadata must be a JSON object".into(),
-            ));
-        }
-        if let Some(options) = &params.confirm {
-            // Refuse an unroutable payment before anything is written.
-            self.route(merchant_id, options).await?;
-        }
-        let new = NewPayment {
-            merchant_id: merchant_id.to_owned(),
-            merchant_order_no: params.merchant_order_no.clone(),
-            amount: params.amount,
-            capture_mode: params.capture_mode,
-            payment_method_token: params.payment_method_token.clone(),
-            return_url: params.return_url.clone(),
-            description: params.description.clone(),
-            metadata: params.metadata.clone(),
-            fulfillment: Default::default(),
-        };
-        let provenance = Provenance::actor(&format!("merchant:{merchant_id}"));
-        let (order, created) = match self.store().create_payment(&new, &provenance).await {
-            Ok(order) => (order, true),
-            Err(StoreError::Conflict(_)) => {
-                let existing = self
-                    .store()
-                    .get_payment_by_order_no(merchant_id, &params.merchant_order_no)
-                    .await?;
-                if !same_request(&existing, &new) {
-                    return Err(OrchestratorError::Conflict(format!(
-                        "merchant order number {:?} is already used by payment {} with other parameters",
-                        params.merchant_order_no, existing.id
-                    )));
-                }
-                (existing, false)
-            }
-            Err(error) => return Err(error.into()),
-        };
-        tracing::info!(payment_id = %order.id, created, "payment created");
-        let never_confirmed = self.store().list_attempts(&order.id).await?.is_empty();
-        let view = if let (Some(options), true) = (&params.confirm, never_confirmed) {
-            self.confirm(merchant_id, &order.id, options).await?
-        } else {
-            self.view(merchant_id, &order.id, false).await?
-        };
-        Ok(Created { view, created })
-    }
-
     /// Start an attempt at the PSP. Refused while an earlier attempt is in
     /// flight or UNKNOWN (only a definitive failure allows a new one).
     pub async fn confirm(
@@ -500,49 +426,6 @@ impl Orchestrator {
         }
     }
 
-    /// The connector account for a new attempt.
-    async fn route(
-        &self,
-        merchant_id: &str,
-        route: &ConfirmOptions,
-    ) -> Result<String, OrchestratorError> {
-        if let Some(id) = &route.connector_account_id {
-            let account = self
-                .store()
-                .get_connector_account(id, Some(merchant_id))
-                .await?;
-            if account.status != "active" {
-                return Err(OrchestratorError::NoRoute(format!(
-                    "connector account {id} is {}",
-                    account.status
-                )));
-            }
-            return Ok(account.id);
-        }
-        let candidates: Vec<_> = self
-            .store()
-            .list_connector_accounts(merchant_id)
-            .await?
-            .into_iter()
-            .filter(|a| a.status == "active")
-            .filter(|a| {
-                route
-                    .adapter_hint
-                    .as_ref()
-                    .is_none_or(|hint| &a.adapter == hint)
-            })
-            .collect();
-        match candidates.as_slice() {
-            [one] => Ok(one.id.clone()),
-            [] => Err(OrchestratorError::NoRoute(
-                "no active connector account matches".into(),
-            )),
-            _ => Err(OrchestratorError::NoRoute(
-                "several connector accounts match; name one".into(),
-            )),
-        }
-    }
-
     /// Refuse a capture or refund early (nothing reserved) when the adapter
     /// that must send it is not loaded.
     async fn ensure_adapter_of_latest(
@@ -566,14 +449,4 @@ fn remaining(details: &PaymentDetails, minor: i64, what: &str) -> Result<Money, 
     Money::positive(minor, details.order.amount.currency).map_err(|_| {
         OrchestratorError::InvalidState(format!("nothing left to {what} on this payment"))
     })
-}
-
-/// Whether a repeated create carries the same parameters as the stored one.
-fn same_request(existing: &sluice_store::PaymentOrder, new: &NewPayment) -> bool {
-    existing.amount == new.amount
-        && existing.capture_mode == new.capture_mode
-        && existing.payment_method_token == new.payment_method_token
-        && existing.return_url == new.return_url
-        && existing.description == new.description
-        && existing.metadata == new.metadata
 }

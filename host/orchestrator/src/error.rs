@@ -47,9 +47,17 @@ pub enum OrchestratorError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
-    /// No connector account can serve the payment.
-    #[error("no connector account can serve this payment: {0}")]
-    NoRoute(String),
+    /// No connector account of the merchant can serve the payment.
+    #[error("{0}")]
+    Route(#[from] crate::create::RouteRefusal),
+
+    /// The merchant order number is taken by a payment with other parameters.
+    #[error("merchant_order_no {merchant_order_no:?} is already used by payment {payment_id} with different {}", fields.join(", "))]
+    OrderNoConflict {
+        merchant_order_no: String,
+        payment_id: String,
+        fields: Vec<&'static str>,
+    },
 
     /// The adapter the connector account names is not loaded.
     #[error("adapter {0:?} is not loaded")]
@@ -79,13 +87,14 @@ impl OrchestratorError {
         match self {
             OrchestratorError::NotFound { .. } | OrchestratorError::OutOfScope(_) => 404,
             OrchestratorError::Conflict(_)
+            | OrchestratorError::OrderNoConflict { .. }
             | OrchestratorError::AttemptInFlight { .. }
             | OrchestratorError::InvalidState(_)
             | OrchestratorError::Busy(_) => 409,
             OrchestratorError::InsufficientRefundable { .. }
             | OrchestratorError::InsufficientCapturable { .. }
             | OrchestratorError::InvalidRequest(_)
-            | OrchestratorError::NoRoute(_) => 422,
+            | OrchestratorError::Route(_) => 422,
             OrchestratorError::FulfillmentRefused(
                 sluice_core::FulfillmentRefusal::UnknownAttempt { .. },
             ) => 422,

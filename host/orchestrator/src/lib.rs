@@ -28,6 +28,7 @@ mod call;
 pub mod commands;
 pub mod config;
 pub mod convert;
+mod create;
 mod error;
 mod exits;
 pub mod fulfillment;
@@ -39,8 +40,9 @@ pub mod webhook;
 
 pub use advance::{Action, Advanced};
 pub use call::NotSent;
-pub use commands::{CaptureView, ConfirmOptions, CreatePayment, Created, PaymentView, RefundView};
+pub use commands::{CaptureView, ConfirmOptions, Created, PaymentView, RefundView};
 pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};
+pub use create::{CreatePayment, RouteRefusal};
 pub use error::OrchestratorError;
 pub use fulfillment::FulfillmentStep;
 pub use inbox::{InboxRound, Replayed};

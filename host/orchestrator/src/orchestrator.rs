@@ -149,7 +149,7 @@ impl Orchestrator {
         &self.inner.config
     }
 
-    pub(crate) fn now_ms(&self) -> i64 {
+    pub fn now_ms(&self) -> i64 {
         self.inner.clock.now_ms()
     }
 

@@ -177,6 +177,7 @@ async fn run(db: TestDb) {
                 return_url: None,
                 description: None,
                 metadata: serde_json::json!({ "cart": "c-1" }),
+                fulfillment: Default::default(),
                 confirm: Some(ConfirmOptions::default()),
             },
         )

@@ -266,10 +266,11 @@ dual_test! {
 
         let mut other = params;
         other.amount = eur(1600);
-        assert!(matches!(
-            h.orch.create_payment(&h.merchant.id, other).await,
-            Err(OrchestratorError::Conflict(_))
-        ));
+        let conflict = h.orch.create_payment(&h.merchant.id, other).await;
+        assert!(
+            matches!(&conflict, Err(OrchestratorError::OrderNoConflict { fields, .. }) if *fields == ["amount"]),
+            "{conflict:?}"
+        );
     }
 }
 

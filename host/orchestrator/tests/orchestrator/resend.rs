@@ -39,6 +39,7 @@ async fn recorded_but_never_sent(e2e: &E2e, order_no: &str) -> PaymentAttempt {
         return_url: None,
         description: None,
         metadata: serde_json::json!({}),
+        fulfillment: Default::default(),
         confirm: None,
     };
     let created = e2e

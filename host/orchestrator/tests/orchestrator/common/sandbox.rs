@@ -293,6 +293,7 @@ impl E2e {
                     return_url: Some("https://shop.example/return".into()),
                     description: None,
                     metadata: serde_json::json!({}),
+                    fulfillment: Default::default(),
                     confirm: Some(ConfirmOptions::default()),
                 },
             )
