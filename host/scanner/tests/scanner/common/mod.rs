@@ -359,6 +359,7 @@ impl Harness {
             return_url: None,
             description: None,
             metadata: serde_json::json!({ "cart": "c-1" }),
+            fulfillment: Default::default(),
             confirm: confirm.then(ConfirmOptions::default),
         }
     }
