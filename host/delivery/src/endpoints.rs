@@ -202,7 +202,10 @@ pub async fn create_endpoint(
     .bind(&endpoint.url)
     .bind(&endpoint.description)
     .bind(event_types)
-    .bind(&secret)
+    .bind(store.seal_secret(
+        &sluice_store::secrets::webhook_endpoint_context(&endpoint.id),
+        secret.as_bytes(),
+    )?)
     .bind(i64::from(endpoint.enabled))
     .bind(now)
     .execute(&mut *tx)
@@ -258,9 +261,11 @@ pub(crate) async fn signing_endpoint(
     .fetch_optional(store.pool())
     .await?
     .ok_or_else(|| DeliveryError::not_found("webhook endpoint", endpoint_id))?;
+    let sealed = row.try_get::<String, _>("secret")?;
+    let context = sluice_store::secrets::webhook_endpoint_context(endpoint_id);
     Ok(SigningEndpoint {
         endpoint: endpoint_from(&row)?,
-        secret: row.try_get::<String, _>("secret")?,
+        secret: store.open_secret_text(&context, &sealed)?,
     })
 }
 

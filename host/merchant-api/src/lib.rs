@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod auth;
 pub mod error;
+pub mod evidence;
 pub mod extract;
 pub mod fulfillment_admin;
 pub mod idempotency;
@@ -24,6 +25,7 @@ pub mod operations;
 pub mod payments;
 pub mod requests;
 pub mod review;
+pub mod secrets_admin;
 pub mod views;
 pub mod webhooks;
 
@@ -173,6 +175,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
             admin::create_connector_account,
             admin::list_connector_accounts
         ))
+        .routes(routes!(secrets_admin::rotate_connector_secret))
         .routes(routes!(review::create_operator, review::list_operators))
         .routes(routes!(review::disable_operator))
         .routes(routes!(review::review_queue))
@@ -180,6 +183,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(review::create_proposal))
         .routes(routes!(review::approve_proposal))
         .routes(routes!(review::reject_proposal))
+        .routes(routes!(evidence::webhook_raw_body))
         .routes(routes!(fulfillment_admin::put_fulfillment_endpoint))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }

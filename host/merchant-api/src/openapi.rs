@@ -116,8 +116,8 @@ const OPTIONAL_BODIES: &[&str] = &[
 /// - every `POST /v1/...`: the `Idempotency-Key` header with its format,
 ///   400 (malformed or reused key) and 409 (the key's first request is
 ///   still running).
-/// - every path parameter: the format its handler accepts (an adapter name
-///   or an id; anything else is a 404);
+/// - every path parameter: the format its handler accepts (an adapter name,
+///   a secret name or an id; anything else is a 404);
 /// - `connector_account` and `routing` exclude each other.
 pub fn complete(mut doc: OpenApi) -> OpenApi {
     if let Some(components) = doc.components.as_mut() {
@@ -164,10 +164,10 @@ fn complete_operation(op: &mut Operation, idempotent_post: bool) {
     for param in params.iter_mut() {
         if matches!(param.parameter_in, ParameterIn::Path) {
             has_path_param = true;
-            param.schema = Some(RefOr::T(Schema::Object(if param.name == "adapter" {
-                fields::adapter_name()
-            } else {
-                fields::id(false)
+            param.schema = Some(RefOr::T(Schema::Object(match param.name.as_str() {
+                "adapter" => fields::adapter_name(),
+                "secret_name" => crate::secrets_admin::secret_name_schema(),
+                _ => fields::id(false),
             })));
         }
     }

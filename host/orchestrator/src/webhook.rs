@@ -19,6 +19,7 @@ use sluice_core::{EvidenceSource, PaymentEvent};
 use sluice_store::{InboxInsert, NewInboxEvent, StoreError};
 use tracing::Instrument;
 
+use crate::call::Connector;
 use crate::convert;
 use crate::error::OrchestratorError;
 use crate::orchestrator::Orchestrator;
@@ -126,6 +127,7 @@ impl Orchestrator {
             return Ok(WebhookOutcome::NotFound);
         }
         let digest = hex::encode(Sha256::digest(&request.body));
+        let raw_body = request.body.clone();
         let adapter = &connector.adapter;
         let verdict = adapter.handle_webhook(&connector.scope, request).await?;
         let acceptance = match verdict {
@@ -151,7 +153,39 @@ impl Orchestrator {
                     .await
             }
         };
-        let identity = adapter.identity();
+        // The verified body is kept sealed, as evidence, before its events are queued.
+        let raw_body_id = self
+            .store()
+            .keep_webhook_body(connector_account_id, &digest, &raw_body)
+            .await?;
+        let receipts = self
+            .record_events(
+                &connector,
+                adapter_name,
+                connector_account_id,
+                &digest,
+                &raw_body_id,
+                events,
+            )
+            .await?;
+        Ok(WebhookOutcome::Accepted {
+            ack: acceptance.ack,
+            receipts,
+        })
+    }
+
+    /// One inbox row per event of a verified webhook (a duplicate is reported, not
+    /// queued again), each naming the sealed raw body.
+    async fn record_events(
+        &self,
+        connector: &Connector,
+        adapter_name: &str,
+        connector_account_id: &str,
+        digest: &str,
+        raw_body_id: &str,
+        events: Vec<PaymentEvent>,
+    ) -> Result<Vec<InboxReceipt>, OrchestratorError> {
+        let identity = connector.adapter.identity();
         let mut receipts = Vec::with_capacity(events.len());
         for (index, event) in events.into_iter().enumerate() {
             let provider_event_id = inbox_key(&event, index, &receipts);
@@ -171,8 +205,9 @@ impl Orchestrator {
                     adapter: adapter_name.to_owned(),
                     connector_account_id: connector_account_id.to_owned(),
                     provider_event_id: provider_event_id.clone(),
-                    payload_digest: digest.clone(),
+                    payload_digest: digest.to_owned(),
                     event: json,
+                    raw_body_id: Some(raw_body_id.to_owned()),
                 })
                 .await?;
             let receipt = match inserted {
@@ -191,10 +226,7 @@ impl Orchestrator {
                 duplicate = receipt.duplicate, kind = %payload.event.kind, "webhook event recorded");
             receipts.push(receipt);
         }
-        Ok(WebhookOutcome::Accepted {
-            ack: acceptance.ack,
-            receipts,
-        })
+        Ok(receipts)
     }
 
     async fn reject(

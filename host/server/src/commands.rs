@@ -70,7 +70,9 @@ async fn migrate(config: Config) -> Result<(), CommandError> {
         path: config.data_dir.clone(),
         source,
     })?;
-    let store = server::open_store(&config).await?;
+    // Migrations read and write no secret, so `sluice migrate` needs no master key.
+    let store =
+        server::open_store(&config, sluice_store::LocalSecretBox::process_ephemeral()).await?;
     store.close().await;
     let mut out = std::io::stdout().lock();
     writeln!(out, "database is up to date ({:?})", store.backend()).map_err(CommandError::Output)
@@ -85,6 +87,7 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
     if config.admin_token.is_none() {
         config.admin_token = Some(Secret::new(generate_token()));
     }
+    config.dev_master_key = true;
     let signal = server::ShutdownSignal::install();
     let server = server::start(&config, None).await?;
     let report = server.ready().await;

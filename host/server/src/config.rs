@@ -42,6 +42,17 @@ pub struct Config {
     pub workers: WorkerTimings,
     /// Timings of the fulfillment guarantee (`[fulfillment]`).
     pub fulfillment: FulfillmentTimings,
+    /// The master key that seals secrets at rest (`master_key`, `SLUICE_MASTER_KEY`:
+    /// 32 bytes as 64 hex digits or base64). `sluice serve` refuses to start without it.
+    pub master_key: Option<Secret>,
+    /// Keys that sealed values before the current one (`previous_master_keys`,
+    /// `SLUICE_PREVIOUS_MASTER_KEYS`, comma-separated): read only, so a start-up with a
+    /// new `master_key` re-seals everything under it.
+    pub previous_master_keys: Vec<Secret>,
+    /// Without a master key, use (and create) `<data_dir>/dev-master-key` with a
+    /// warning instead of refusing to start. Set only by `sluice demo`, never read
+    /// from a file or the environment.
+    pub dev_master_key: bool,
 }
 
 impl Config {
@@ -242,6 +253,9 @@ struct FileConfig {
     workers: WorkerTimings,
     #[serde(default)]
     fulfillment: FulfillmentTimings,
+    master_key: Option<String>,
+    #[serde(default)]
+    previous_master_keys: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -356,6 +370,9 @@ impl Config {
             }
         }
 
+        let (master_key, previous_master_keys) =
+            master_keys(&env, file.master_key, file.previous_master_keys)?;
+
         let adapters_dir = env("SLUICE_ADAPTERS_DIR")
             .map(PathBuf::from)
             .or(file.adapters_dir);
@@ -381,8 +398,44 @@ impl Config {
                 .collect(),
             workers: file.workers,
             fulfillment: file.fulfillment,
+            master_key: master_key.map(Secret::new),
+            previous_master_keys: previous_master_keys.into_iter().map(Secret::new).collect(),
+            dev_master_key: false,
         })
     }
+}
+
+/// `master_key` and `previous_master_keys` (the environment wins), each checked to be a
+/// usable key; an error never repeats a key.
+fn master_keys(
+    env: &impl Fn(&str) -> Option<String>,
+    file_key: Option<String>,
+    file_previous: Vec<String>,
+) -> Result<(Option<String>, Vec<String>), ConfigError> {
+    let master_key = env("SLUICE_MASTER_KEY").or(file_key);
+    let previous: Vec<String> = match env("SLUICE_PREVIOUS_MASTER_KEYS") {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        None => file_previous,
+    };
+    let named = master_key
+        .iter()
+        .map(|k| ("master_key", k))
+        .chain(previous.iter().map(|k| ("previous_master_keys", k)));
+    for (name, key) in named {
+        if let Err(e) = sluice_store::MasterKey::parse(key) {
+            return Err(ConfigError::InvalidValue {
+                name,
+                value: "***".into(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok((master_key, previous))
 }
 
 /// Short admin tokens are guessable; refuse them at start-up rather than run exposed.
@@ -394,6 +447,38 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn master_keys_come_from_the_environment_over_the_file_and_a_bad_one_is_refused_unechoed() {
+        let key = "ab".repeat(32);
+        let old = "cd".repeat(32);
+        let text = format!("master_key = \"{old}\"\nprevious_master_keys = [\"{key}\"]\n");
+        let path = Path::new("sluice.toml");
+        let from_file = Config::from_parts(Some((&text, path)), no_env).unwrap();
+        assert_eq!(from_file.master_key, Some(Secret::new(old.clone())));
+        assert_eq!(
+            from_file.previous_master_keys,
+            vec![Secret::new(key.clone())]
+        );
+        let env = |name: &str| match name {
+            "SLUICE_MASTER_KEY" => Some("ab".repeat(32)),
+            "SLUICE_PREVIOUS_MASTER_KEYS" => Some(format!(" {} , ", "cd".repeat(32))),
+            _ => None,
+        };
+        let from_env = Config::from_parts(Some((&text, path)), env).unwrap();
+        assert_eq!(from_env.master_key, Some(Secret::new(key)));
+        assert_eq!(from_env.previous_master_keys, vec![Secret::new(old)]);
+        assert!(
+            !from_env.dev_master_key,
+            "only `sluice demo` falls back to a dev key"
+        );
+        let bad = |name: &str| (name == "SLUICE_MASTER_KEY").then(|| "too-short-key".to_owned());
+        let err = Config::from_parts(None, bad).unwrap_err().to_string();
+        assert!(
+            err.contains("master_key") && !err.contains("too-short-key"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod config;
 pub mod demo_setup;
 pub mod error;
 pub mod health;
+pub mod master_key;
 pub mod payment_services;
 pub mod pending_metrics;
 pub mod server;

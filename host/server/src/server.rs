@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig, SandboxLimits};
-use sluice_store::{Store, StoreError, StoreOptions};
+use sluice_store::{SecretBox, Store, StoreError, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -28,6 +28,10 @@ pub enum StartError {
     Database(#[source] StoreError),
     #[error("cannot migrate the database: {0}")]
     Migrate(#[source] StoreError),
+    #[error("cannot seal secrets at rest: {0}")]
+    MasterKey(#[from] crate::master_key::MasterKeyError),
+    #[error("cannot seal the secrets at rest under the master key: {0}")]
+    Reseal(#[source] StoreError),
     #[error("cannot start the adapter runtime: {0}")]
     Runtime(#[from] sluice_adapter_runtime::RuntimeError),
     #[error("cannot load the API key pepper: {0}")]
@@ -114,9 +118,16 @@ impl RunningServer {
     }
 }
 
-/// Connects to the database and migrates it.
-pub async fn open_store(config: &Config) -> Result<Store, StartError> {
-    let mut options = StoreOptions::default();
+/// Connects to the database and migrates it; `secret_box` seals and opens the
+/// secrets at rest (`crate::master_key::secret_box`).
+pub async fn open_store(
+    config: &Config,
+    secret_box: Arc<dyn SecretBox>,
+) -> Result<Store, StartError> {
+    let mut options = StoreOptions {
+        secret_box,
+        ..StoreOptions::default()
+    };
     if let Some(delay) = crate::config::millis(config.workers.first_query_delay_ms) {
         options.first_query_delay = delay;
     }
@@ -137,7 +148,17 @@ pub async fn start(
         path: config.data_dir.clone(),
         source,
     })?;
-    let store = open_store(config).await?;
+    let store = open_store(config, crate::master_key::secret_box(config)?).await?;
+    // From here on the database holds no secret in clear (legacy plaintext rows and
+    // rows of a previous master key are sealed under the current one); a wrong key
+    // stops the start here.
+    let resealed = store.reseal_secrets().await.map_err(StartError::Reseal)?;
+    if resealed.total() > 0 {
+        tracing::info!(
+            rows = resealed.total(),
+            "secrets at rest sealed under the current master key"
+        );
+    }
     let runtime = AdapterRuntime::new(RuntimeConfig {
         cache_dir: Some(config.adapter_cache_dir()),
         default_limits: sandbox_limits(&config.default_limits, SandboxLimits::default()),

@@ -80,6 +80,11 @@ pub enum StoreError {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// A secret at rest could not be sealed or opened (a wrong or missing master
+    /// key, an altered row). Never carries the secret.
+    #[error("secret at rest: {0}")]
+    Secret(#[from] crate::secret_box::SecretBoxError),
+
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 

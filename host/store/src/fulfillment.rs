@@ -612,7 +612,10 @@ impl Store {
         )
         .bind(&endpoint.merchant_id)
         .bind(&endpoint.url)
-        .bind(&endpoint.secret)
+        .bind(self.seal_secret(
+            &crate::secrets::fulfillment_context(&endpoint.merchant_id),
+            endpoint.secret.as_bytes(),
+        )?)
         .bind(endpoint.timeout_ms)
         .bind(now)
         .execute(&self.pool)
@@ -643,10 +646,13 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         row.map(|row| {
+            let merchant_id: String = row.try_get("merchant_id")?;
+            let sealed: String = row.try_get("secret")?;
+            let context = crate::secrets::fulfillment_context(&merchant_id);
             Ok(FulfillmentEndpoint {
-                merchant_id: row.try_get("merchant_id")?,
+                secret: self.open_secret_text(&context, &sealed)?,
+                merchant_id,
                 url: row.try_get("url")?,
-                secret: row.try_get("secret")?,
                 timeout_ms: int(&row, "timeout_ms")?,
             })
         })

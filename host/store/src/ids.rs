@@ -33,6 +33,9 @@ pub(crate) fn refund() -> String {
 pub(crate) fn inbox() -> String {
     mint("inb")
 }
+pub(crate) fn webhook_body() -> String {
+    mint("whb")
+}
 pub(crate) fn scope_refusal() -> String {
     mint("scr")
 }

@@ -33,6 +33,9 @@ pub struct InboxEntry {
     pub quarantine_reason: Option<String>,
     pub received_at: i64,
     pub processed_at: Option<i64>,
+    /// The sealed raw body the event came in ([`Store::inbox_raw_body`]); None for
+    /// rejected rows and rows from before migration 0014.
+    pub raw_body_id: Option<String>,
 }
 
 /// A verified event to put in the inbox.
@@ -45,6 +48,8 @@ pub struct NewInboxEvent {
     pub provider_event_id: String,
     pub payload_digest: String,
     pub event: serde_json::Value,
+    /// The verified raw body, kept sealed ([`Store::keep_webhook_body`]).
+    pub raw_body_id: Option<String>,
 }
 
 /// Outcome of [`Store::inbox_insert`].
@@ -62,7 +67,7 @@ pub enum InboxInsert {
 
 pub(crate) const INBOX_COLS: &str = "id, adapter, connector_account_id, provider_event_id, \
     payload_digest, verification, verification_detail, event_json, status, attempts, \
-    next_attempt_at, claimed_until, last_error, quarantine_reason, received_at, processed_at";
+    next_attempt_at, claimed_until, last_error, quarantine_reason, received_at, processed_at, raw_body_id";
 
 fn entry_from(row: &AnyRow) -> Result<InboxEntry, StoreError> {
     let event = opt_text(row, "event_json")?
@@ -88,10 +93,66 @@ fn entry_from(row: &AnyRow) -> Result<InboxEntry, StoreError> {
         quarantine_reason: opt_text(row, "quarantine_reason")?,
         received_at: int(row, "received_at")?,
         processed_at: opt_int(row, "processed_at")?,
+        raw_body_id: opt_text(row, "raw_body_id")?,
     })
 }
 
+fn body_context(body_id: &str) -> String {
+    crate::secrets::secret_context("webhook_bodies", "sealed_body", body_id)
+}
+
 impl Store {
+    /// Keep a verified webhook body, sealed, as evidence; returns its id for the
+    /// inbox rows made from it. The same body for the same account is kept once.
+    pub async fn keep_webhook_body(
+        &self,
+        connector_account_id: &str,
+        payload_digest: &str,
+        body: &[u8],
+    ) -> Result<String, StoreError> {
+        let id = ids::webhook_body();
+        let sealed = self.seal_secret(&body_context(&id), body)?;
+        sqlx::query(
+            "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, \
+                received_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (connector_account_id, payload_digest) DO NOTHING",
+        )
+        .bind(&id)
+        .bind(connector_account_id)
+        .bind(payload_digest)
+        .bind(&sealed)
+        .bind(self.now_ms())
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query(
+            "SELECT id FROM webhook_bodies WHERE connector_account_id = $1 AND payload_digest = $2",
+        )
+        .bind(connector_account_id)
+        .bind(payload_digest)
+        .fetch_one(&self.pool)
+        .await?;
+        text(&row, "id")
+    }
+
+    /// The raw body an inbox row's event came in, opened through the secret box,
+    /// for an operator; None when the row has none.
+    pub async fn inbox_raw_body(&self, inbox_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let row = sqlx::query(
+            "SELECT b.id, b.sealed_body FROM webhook_inbox i \
+             JOIN webhook_bodies b ON b.id = i.raw_body_id WHERE i.id = $1",
+        )
+        .bind(inbox_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            self.inbox_get(inbox_id).await?;
+            return Ok(None);
+        };
+        let id = text(&row, "id")?;
+        let sealed = text(&row, "sealed_body")?;
+        Ok(Some(self.open_secret(&body_context(&id), &sealed)?))
+    }
+
     /// Record a verified event; a second delivery of the same provider event
     /// is reported as a duplicate and changes nothing.
     pub async fn inbox_insert(&self, new: &NewInboxEvent) -> Result<InboxInsert, StoreError> {
@@ -99,8 +160,9 @@ impl Store {
         let id = ids::inbox();
         let inserted = sqlx::query(
             "INSERT INTO webhook_inbox (id, adapter, connector_account_id, provider_event_id, \
-                payload_digest, verification, event_json, status, attempts, next_attempt_at, received_at) \
-             VALUES ($1, $2, $3, $4, $5, 'verified', $6, 'pending', 0, $7, $7) \
+                payload_digest, verification, event_json, status, attempts, next_attempt_at, received_at, \
+                raw_body_id) \
+             VALUES ($1, $2, $3, $4, $5, 'verified', $6, 'pending', 0, $7, $7, $8) \
              ON CONFLICT (adapter, connector_account_id, provider_event_id) DO NOTHING",
         )
         .bind(&id)
@@ -110,6 +172,7 @@ impl Store {
         .bind(&new.payload_digest)
         .bind(new.event.to_string())
         .bind(now)
+        .bind(&new.raw_body_id)
         .execute(&self.pool)
         .await?;
         if inserted.rows_affected() == 1 {

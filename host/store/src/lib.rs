@@ -30,6 +30,8 @@ pub mod outbox;
 pub mod payments;
 pub mod reserve;
 pub mod review;
+pub mod secret_box;
+pub mod secrets;
 pub mod stats;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -56,6 +58,8 @@ pub use payments::{
 pub use refusals::{NewScopeRefusal, RefusalSource, ScopeRefusal};
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};
 pub use review::{IssuedOperator, NewProposal, Operator, Proposal, ReviewError, ReviewOutcome};
+pub use secret_box::{LocalSecretBox, MasterKey, SecretBox, SecretBoxError};
+pub use secrets::{ResealReport, SecretRotation};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -99,6 +103,10 @@ pub struct StoreOptions {
     pub first_query_delay: Duration,
     /// The fulfillment checks' knobs (backoff, action timeout, review after).
     pub fulfillment_policy: sluice_core::FulfillmentPolicy,
+    /// Seals every secret the store writes and opens what it reads. The default is
+    /// [`LocalSecretBox::process_ephemeral`] (tests and tools); the server passes
+    /// the box of its configured master key.
+    pub secret_box: Arc<dyn SecretBox>,
 }
 
 impl Default for StoreOptions {
@@ -110,6 +118,7 @@ impl Default for StoreOptions {
             clock: Arc::new(SystemClock),
             first_query_delay: Duration::from_secs(5),
             fulfillment_policy: sluice_core::FulfillmentPolicy::default(),
+            secret_box: LocalSecretBox::process_ephemeral(),
         }
     }
 }
@@ -122,6 +131,7 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     query_delay_ms: i64,
     fulfillment_policy: sluice_core::FulfillmentPolicy,
+    secret_box: Arc<dyn SecretBox>,
 }
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -176,6 +186,7 @@ impl Store {
             query_delay_ms: i64::try_from(options.first_query_delay.as_millis())
                 .unwrap_or(i64::MAX),
             fulfillment_policy: options.fulfillment_policy,
+            secret_box: options.secret_box,
         })
     }
 

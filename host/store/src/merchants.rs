@@ -358,7 +358,7 @@ impl Store {
         .bind(&account.adapter)
         .bind(&account.label)
         .bind(new.config.to_string())
-        .bind(new.secrets.to_string())
+        .bind(self.seal_json(&crate::secrets::connector_context(&account.id), &new.secrets)?)
         .bind(&account.status)
         .bind(now)
         .bind(now)
@@ -420,6 +420,8 @@ impl Store {
         if let Some(status) = status {
             check_status(status)?;
         }
+        let context = crate::secrets::connector_context(account_id);
+        let sealed = secrets.map(|s| self.seal_json(&context, s)).transpose()?;
         let done = sqlx::query(
             "UPDATE connector_accounts SET config_json = COALESCE($2, config_json), \
              secrets_json = COALESCE($3, secrets_json), status = COALESCE($4, status), \
@@ -427,7 +429,7 @@ impl Store {
         )
         .bind(account_id)
         .bind(config.map(|c| c.to_string()))
-        .bind(secrets.map(|s| s.to_string()))
+        .bind(sealed)
         .bind(status)
         .bind(self.now_ms())
         .execute(&self.pool)
@@ -438,8 +440,9 @@ impl Store {
         self.get_connector_account(account_id, None).await
     }
 
-    /// Config and secrets for the adapter runtime. Internal only: never send
-    /// the result to a client or a log.
+    /// Config and secrets for the adapter runtime, opened from their sealed form, with
+    /// only the versions valid now (a rotation window past its end drops the old
+    /// one). Internal only: never send the result to a client or a log.
     pub async fn connector_credentials(
         &self,
         account_id: &str,
@@ -451,11 +454,14 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?
         .ok_or_else(|| StoreError::not_found("connector account", account_id))?;
+        let id = text(&row, "id")?;
+        let sealed = text(&row, "secrets_json")?;
+        let secrets = self.open_json(&crate::secrets::connector_context(&id), &sealed)?;
         Ok(ConnectorCredentials {
-            connector_account_id: text(&row, "id")?,
+            connector_account_id: id,
             adapter: text(&row, "adapter")?,
             config: json(&row, "connector_accounts", "config_json")?,
-            secrets: json(&row, "connector_accounts", "secrets_json")?,
+            secrets: crate::secrets::valid_now(&secrets, self.now_ms()),
         })
     }
 }

@@ -117,7 +117,7 @@ async fn the_review_routes_need_the_operator_key_together_with_the_admin_token()
         .into_iter()
         .filter(|(_, path, _)| path.starts_with("/admin/review/"))
         .collect();
-    assert_eq!(review.len(), 5);
+    assert_eq!(review.len(), 6);
     for (method, path, op) in review {
         assert_eq!(
             op["security"],

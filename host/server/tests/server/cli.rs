@@ -19,6 +19,8 @@ async fn sluice(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         "SLUICE_DATA_DIR",
         "SLUICE_LISTEN",
         "SLUICE_ADAPTERS_DIR",
+        "SLUICE_MASTER_KEY",
+        "SLUICE_PREVIOUS_MASTER_KEYS",
     ] {
         command.env_remove(var);
     }
@@ -279,6 +281,7 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["demo", "--adapters-dir", dir.path().to_str().unwrap()])
         .env_remove("SLUICE_ADMIN_TOKEN")
+        .env_remove("SLUICE_MASTER_KEY")
         .env_remove("SLUICE_DATABASE_URL")
         .env_remove("SLUICE_ADAPTERS_DIR")
         .env("SLUICE_LISTEN", "127.0.0.1:0")
@@ -338,6 +341,25 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_serve_without_a_master_key_refuses_to_start_and_says_which_setting_is_missing() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().display().to_string();
+    let output = sluice(
+        &["serve"],
+        &[
+            ("SLUICE_DATA_DIR", &data_dir),
+            ("SLUICE_LISTEN", "127.0.0.1:0"),
+        ],
+        data.path(),
+    )
+    .await;
+    assert!(!output.status.success(), "{}", stdout(&output));
+    let message = stderr(&output);
+    assert!(message.contains("SLUICE_MASTER_KEY"), "{message}");
+    assert!(!data.path().join(crate::common::DEV_KEY_FILE).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sluice_serve_answers_health_checks_and_shuts_down_gracefully_on_sigterm() {
     let data = tempfile::tempdir().unwrap();
     // Pick a free port; the tiny window before `sluice` binds it is acceptable here.
@@ -352,6 +374,7 @@ async fn sluice_serve_answers_health_checks_and_shuts_down_gracefully_on_sigterm
         .env_remove("SLUICE_ADMIN_TOKEN")
         .env_remove("SLUICE_DATABASE_URL")
         .env_remove("SLUICE_ADAPTERS_DIR")
+        .env("SLUICE_MASTER_KEY", TEST_MASTER_KEY)
         .env("SLUICE_LISTEN", &listen)
         .env("SLUICE_DATA_DIR", data.path())
         .current_dir(data.path())

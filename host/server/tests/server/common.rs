@@ -76,8 +76,16 @@ pub fn config(data_dir: &Path, adapters_dir: Option<PathBuf>) -> Config {
     config.database_url = Secret::new(format!("sqlite://{}/sluice.db", data_dir.display()));
     config.admin_token = Some(Secret::new(ADMIN_TOKEN));
     config.adapters_dir = adapters_dir;
+    config.master_key = Some(Secret::new(TEST_MASTER_KEY));
     config
 }
+
+/// Where `sluice demo` keeps its development master key.
+pub const DEV_KEY_FILE: &str = sluice_server::master_key::DEV_MASTER_KEY_FILE;
+
+/// The master key of test gateways (64 hex digits).
+pub const TEST_MASTER_KEY: &str =
+    "5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1ce5e1c";
 
 /// Starts a gateway on an ephemeral loopback port and waits until start-up loading is done.
 pub async fn start(config: &Config) -> RunningServer {

@@ -12,6 +12,7 @@ mod kill;
 mod metrics;
 mod pg;
 mod scanner_processes;
+mod secrets_at_rest;
 mod startup;
 mod system;
 mod tenant_attack;

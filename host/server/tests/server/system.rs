@@ -21,7 +21,7 @@ use sluice_sandbox_psp::{
 };
 use tokio::time::Instant;
 
-use crate::common::{adapter_bytes, ADMIN_TOKEN};
+use crate::common::{adapter_bytes, ADMIN_TOKEN, TEST_MASTER_KEY};
 
 pub const STRIPE_WEBHOOK_SECRET: &str = "whsec_system_test";
 pub const ADYEN_HMAC_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
@@ -88,6 +88,8 @@ impl Gateway {
                 "SLUICE_API_KEY_PEPPER".into(),
                 "system-test-pepper-0123456789abcdef".into(),
             ),
+            // Every instance opens the others' sealed secrets.
+            ("SLUICE_MASTER_KEY".into(), TEST_MASTER_KEY.into()),
             ("SLUICE_LOG".into(), "info".into()),
         ];
         env.extend(

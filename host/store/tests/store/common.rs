@@ -106,19 +106,29 @@ impl TestDb {
 
     /// A second, independent store on the same database (another "instance").
     pub async fn second_store(&self) -> Store {
-        match &self.pg {
-            Some((admin_url, name)) => {
-                Store::connect_with(&database_url(admin_url, name), options(&self.clock))
-                    .await
-                    .expect("second PostgreSQL store")
-            }
+        self.store_with(options(&self.clock)).await
+    }
+
+    /// Another store on the same database, opened with `options` (e.g. another
+    /// master key).
+    pub async fn store_with(&self, options: StoreOptions) -> Store {
+        let url = match &self.pg {
+            Some((admin_url, name)) => database_url(admin_url, name),
             None => {
                 let dir = self._sqlite_dir.as_ref().expect("sqlite dir");
-                let url = format!("sqlite://{}/sluice.db", dir.path().display());
-                Store::connect_with(&url, options(&self.clock))
-                    .await
-                    .expect("second SQLite store")
+                format!("sqlite://{}/sluice.db", dir.path().display())
             }
+        };
+        Store::connect_with(&url, options)
+            .await
+            .expect("another store on the test database")
+    }
+
+    /// Store options on this database's clock with `secret_box`.
+    pub fn options_with_box(&self, secret_box: Arc<dyn sluice_store::SecretBox>) -> StoreOptions {
+        StoreOptions {
+            secret_box,
+            ..options(&self.clock)
         }
     }
 }

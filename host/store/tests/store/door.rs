@@ -114,6 +114,7 @@ dual_test! {
                         provider_event_id: ev.provider_event_id.clone().unwrap(),
                         payload_digest: format!("sha256:{}", ev.provider_event_id.clone().unwrap()),
                         event: serde_json::to_value(&ev).unwrap(),
+                        raw_body_id: None,
                     })
                     .await
                     .unwrap();

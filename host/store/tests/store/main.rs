@@ -11,4 +11,5 @@ mod money;
 mod queues;
 mod review;
 mod schema;
+mod secrets;
 mod tenants;

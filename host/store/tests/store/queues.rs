@@ -10,6 +10,7 @@ fn inbox_event(account: &str, id: &str) -> NewInboxEvent {
         provider_event_id: id.to_owned(),
         payload_digest: format!("sha256:{id}"),
         event: serde_json::json!({"kind": "PAYMENT_SUCCEEDED"}),
+        raw_body_id: None,
     }
 }
 
