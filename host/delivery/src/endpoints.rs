@@ -29,12 +29,22 @@ pub struct WebhookEndpoint {
 }
 
 /// A freshly created endpoint and its signing secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreatedEndpoint {
     #[serde(flatten)]
     pub endpoint: WebhookEndpoint,
     /// `whsec_...`: the HMAC key for `Sluice-Signature`. Not shown again.
     pub secret: String,
+}
+
+/// `Debug` never shows the secret (it is serialised once, to the caller).
+impl std::fmt::Debug for CreatedEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedEndpoint")
+            .field("endpoint", &self.endpoint)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
 }
 
 /// What an operator asks for.

@@ -71,7 +71,7 @@ fn timeout_schema() -> utoipa::openapi::Object {
         .build()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FulfillmentEndpointRequest {
     /// `https://...` (or `http://` for a local test endpoint). Receives
@@ -87,6 +87,17 @@ pub struct FulfillmentEndpointRequest {
     #[schema(schema_with = timeout_schema)]
     #[serde(default, deserialize_with = "req::optional_integer")]
     pub timeout_ms: Option<i64>,
+}
+
+/// `Debug` never shows the secret.
+impl std::fmt::Debug for FulfillmentEndpointRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FulfillmentEndpointRequest")
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
 }
 
 /// A configured endpoint (the secret is never shown again).

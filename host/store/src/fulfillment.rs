@@ -75,13 +75,25 @@ pub struct DueFulfillment {
 }
 
 /// Pull mode: where and how a merchant's business is asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct FulfillmentEndpoint {
     pub merchant_id: String,
     pub url: String,
     /// Signs the calls, like an outgoing webhook endpoint's secret.
     pub secret: String,
     pub timeout_ms: i64,
+}
+
+/// `Debug` never shows the secret.
+impl std::fmt::Debug for FulfillmentEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FulfillmentEndpoint")
+            .field("merchant_id", &self.merchant_id)
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
 }
 
 /// The stored fulfillment columns of an order.

@@ -215,3 +215,18 @@ dual_test! {
         assert_eq!(secrets["webhook_secret"], "whsec_new_value_123");
     }
 }
+
+#[test]
+fn debug_output_of_a_fulfillment_endpoint_never_shows_its_secret() {
+    let endpoint = sluice_store::FulfillmentEndpoint {
+        merchant_id: "m_1".into(),
+        url: "https://shop.example/f".into(),
+        secret: FULFILLMENT_SECRET.into(),
+        timeout_ms: 1000,
+    };
+    let printed = format!("{endpoint:?}");
+    assert!(
+        printed.contains("m_1") && !printed.contains(FULFILLMENT_SECRET),
+        "{printed}"
+    );
+}
