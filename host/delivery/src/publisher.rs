@@ -627,7 +627,7 @@ impl Publisher {
         let attempt = u32::try_from(claimed.delivery.attempts.max(1)).unwrap_or(u32::MAX);
         let jitter = match &self.inner.hooks.jitter {
             Some(source) => source(),
-            None => rand::random::<f64>(),
+            None => store.env().entropy.unit(),
         };
         let next = self
             .inner

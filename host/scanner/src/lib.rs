@@ -430,7 +430,7 @@ impl Scanner {
                 .authorization_validity_ms(),
             _ => None,
         };
-        let jitter: f64 = rand::random();
+        let jitter = self.inner.orch.store().env().entropy.unit();
         // Only a row past the age can be escalated, so only then is the order read.
         let old = now.saturating_sub(due.created_at) >= policy.max_unknown_age_ms;
         let in_review = old
@@ -535,19 +535,25 @@ impl Scanner {
             }
             | RecoveryAction::QueryWithBackoff {
                 next_retry_at_ms, ..
-            } => self.query(&due, *next_retry_at_ms).await,
+            } => self.query(&due, next_retry_at_ms - now).await,
             RecoveryAction::ExpireRequiresAction {
                 next_retry_at_ms, ..
-            } => self.expire(&due, *next_retry_at_ms).await,
+            } => self.expire(&due, next_retry_at_ms - now).await,
             RecoveryAction::ExpireAuthorization {
                 next_retry_at_ms, ..
-            } => self.expire_authorization(&due, *next_retry_at_ms).await,
+            } => {
+                self.expire_authorization(&due, next_retry_at_ms - now)
+                    .await
+            }
             _ => self.act_locally(&due, &action).await,
         }
     }
 
-    /// Ask the PSP through `advance`, then schedule the next look.
-    async fn query(&self, due: &Due, next_retry_at: i64) -> Result<ItemOutcome, ScannerError> {
+    /// Ask the PSP through `advance`, then schedule the next look `delay_ms`
+    /// after the call ended (the policy counts its backoff from the last
+    /// PSP contact, so a look scheduled from before the call would come back
+    /// too early and be turned away).
+    async fn query(&self, due: &Due, delay_ms: i64) -> Result<ItemOutcome, ScannerError> {
         let orch = &self.inner.orch;
         if let Some(metrics) = &self.inner.metrics {
             metrics.query(&due.adapter);
@@ -556,7 +562,7 @@ impl Scanner {
         let after = due::load(orch.store(), due.kind, &due.id).await?;
         let converged = after.state.is_terminal();
         if !converged {
-            self.schedule_after_query(&after, next_retry_at).await?;
+            self.schedule_after_query(&after, delay_ms).await?;
         }
         Ok(ItemOutcome::Advanced {
             action: advanced.action,
@@ -568,13 +574,12 @@ impl Scanner {
     /// A row still pending after a PSP contact: count the query and push the
     /// next look out (an AUTHORIZED attempt is then looked at again and waits
     /// for its validity to end).
-    async fn schedule_after_query(
-        &self,
-        after: &Due,
-        next_retry_at: i64,
-    ) -> Result<(), ScannerError> {
+    async fn schedule_after_query(&self, after: &Due, delay_ms: i64) -> Result<(), ScannerError> {
         let store = self.inner.orch.store();
-        match store.reschedule(after.kind, &after.id, next_retry_at).await {
+        match store
+            .reschedule_after(after.kind, &after.id, delay_ms)
+            .await
+        {
             // Turned terminal in between (a webhook): nothing to schedule.
             Ok(()) | Err(StoreError::NotFound { .. }) => Ok(()),
             Err(error) => Err(error.into()),
@@ -584,8 +589,8 @@ impl Scanner {
     /// The customer's step expired: query once more (they may have finished),
     /// cancel the attempt at the PSP if it still waits for them, and once the
     /// attempt is closed, expire the order through the door.
-    async fn expire(&self, due: &Due, next_retry_at: i64) -> Result<ItemOutcome, ScannerError> {
-        let queried = self.query(due, next_retry_at).await?;
+    async fn expire(&self, due: &Due, delay_ms: i64) -> Result<ItemOutcome, ScannerError> {
+        let queried = self.query(due, delay_ms).await?;
         let store = self.inner.orch.store();
         let mut after = due::load(store, due.kind, &due.id).await?;
         let cancel_sent = after.state == PendingState::Attempt(AttemptState::RequiresAction);
@@ -648,7 +653,7 @@ impl Scanner {
     async fn expire_authorization(
         &self,
         due: &Due,
-        next_retry_at: i64,
+        delay_ms: i64,
     ) -> Result<ItemOutcome, ScannerError> {
         let orch = &self.inner.orch;
         if let Some(metrics) = &self.inner.metrics {
@@ -657,7 +662,7 @@ impl Scanner {
         let state = orch.expire_authorization(&due.id).await?;
         let after = due::load(orch.store(), due.kind, &due.id).await?;
         if !after.state.is_terminal() {
-            self.schedule_after_query(&after, next_retry_at).await?;
+            self.schedule_after_query(&after, delay_ms).await?;
         }
         tracing::info!(payment_id = %due.payment_id, attempt_id = %due.attempt_id,
             adapter = %due.adapter, state = %state, "authorization past its validity");

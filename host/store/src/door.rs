@@ -36,7 +36,7 @@ use crate::payments::{
     self, amounts_in, attempt_in, capture_in, command_kind, order_in, refund_in, PaymentAmounts,
     PaymentAttempt, PaymentOrder,
 };
-use crate::{Store, StoreError};
+use crate::{Env, Store, StoreError};
 use sluice_core::{
     cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, Aggregate,
     AttemptState, CaptureState, CompensationRefundOutcome, Decision, Effect, EventIdentity,
@@ -286,6 +286,7 @@ pub(crate) enum Step<T> {
 /// Finish one try of a door decision: commit a decision that was carried
 /// out, or roll back a lost CAS race and back off before the next try.
 async fn finish_try(
+    env: &Env,
     tx: Tx,
     step: Step<Applied>,
     tries: u32,
@@ -299,7 +300,7 @@ async fn finish_try(
         }
         Step::Retry => {
             tx.rollback().await?;
-            cas_backoff(tries).await;
+            cas_backoff(env, tries).await;
             Ok(None)
         }
     }
@@ -322,7 +323,7 @@ impl Store {
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
             let step = self.apply_event_once(&mut tx, input).await?;
-            if let Some(applied) = finish_try(tx, step, tries).await? {
+            if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
         }
@@ -378,7 +379,7 @@ impl Store {
                 provenance,
             );
             let step = self.carry_out(&mut tx, plan).await?;
-            if let Some(applied) = finish_try(tx, step, tries).await? {
+            if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
         }
@@ -419,7 +420,7 @@ impl Store {
                 provenance,
             );
             let step = self.carry_out(&mut tx, plan).await?;
-            if let Some(applied) = finish_try(tx, step, tries).await? {
+            if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
         }
@@ -1308,9 +1309,9 @@ pub fn cas_conflicts_total() -> u64 {
 
 /// A short, jittered pause before re-deciding, so racers spread out. Every
 /// CAS miss passes here, so this is where it is counted.
-async fn cas_backoff(tries: u32) {
+pub(crate) async fn cas_backoff(env: &Env, tries: u32) {
     CAS_CONFLICTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let jitter = rand::random_range(0..=3u64);
+    let jitter = env.entropy.up_to(3);
     tokio::time::sleep(Duration::from_millis(u64::from(tries) * 2 + jitter)).await;
 }
 

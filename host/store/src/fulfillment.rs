@@ -526,10 +526,7 @@ impl Store {
                 }
                 Step::Retry => {
                     tx.rollback().await?;
-                    tokio::time::sleep(std::time::Duration::from_millis(
-                        u64::from(tries) * 2 + rand::random_range(0..=3u64),
-                    ))
-                    .await;
+                    crate::door::cas_backoff(&self.env, tries).await;
                 }
             }
         }

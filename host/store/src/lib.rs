@@ -16,6 +16,7 @@
 mod clock;
 mod db;
 mod door;
+pub mod env;
 mod error;
 mod fulfillment;
 mod ids;
@@ -39,6 +40,7 @@ pub use door::{
     cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,
     ESCALATE_KIND, MAX_CAS_TRIES, RESOLVE_KIND,
 };
+pub use env::{Entropy, Env, OsEntropy, SeededEntropy};
 pub use error::StoreError;
 pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
@@ -99,6 +101,9 @@ pub struct StoreOptions {
     pub sqlite_busy_timeout: Duration,
     pub acquire_timeout: Duration,
     pub clock: Arc<dyn Clock>,
+    /// Where jitter comes from (see [`env`]): the OS generator unless a test
+    /// or the simulator seeds one.
+    pub entropy: Arc<dyn Entropy>,
     /// How soon an UNKNOWN outcome is first queried when the caller gives no time.
     pub first_query_delay: Duration,
     /// The fulfillment checks' knobs (backoff, action timeout, review after).
@@ -116,6 +121,7 @@ impl Default for StoreOptions {
             sqlite_busy_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(15),
             clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
             first_query_delay: Duration::from_secs(5),
             fulfillment_policy: sluice_core::FulfillmentPolicy::default(),
             secret_box: LocalSecretBox::process_ephemeral(),
@@ -128,7 +134,7 @@ impl Default for StoreOptions {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
-    clock: Arc<dyn Clock>,
+    env: Env,
     query_delay_ms: i64,
     fulfillment_policy: sluice_core::FulfillmentPolicy,
     secret_box: Arc<dyn SecretBox>,
@@ -182,7 +188,10 @@ impl Store {
         Ok(Store {
             pool,
             backend,
-            clock: options.clock,
+            env: Env {
+                clock: options.clock,
+                entropy: options.entropy,
+            },
             query_delay_ms: i64::try_from(options.first_query_delay.as_millis())
                 .unwrap_or(i64::MAX),
             fulfillment_policy: options.fulfillment_policy,
@@ -212,7 +221,13 @@ impl Store {
 
     /// Current time in unix milliseconds, from the store's clock.
     pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
+        self.env.clock.now_ms()
+    }
+
+    /// The clock and entropy this store was opened with; every component
+    /// built on the store draws from it.
+    pub fn env(&self) -> &Env {
+        &self.env
     }
 
     /// The same store (same pool) deciding fulfillments with `policy`.

@@ -1068,14 +1068,17 @@ impl Store {
     }
 
     /// Scheduling bookkeeping after a recovery round that learned nothing new:
-    /// next look at `next_retry_time`, one more query counted, the PSP was
-    /// called now. Not a state change; refused once the row is terminal.
-    pub async fn reschedule(
+    /// the PSP was called now, one more query counted, next look `delay_ms`
+    /// from now (the same instant, so the next look is never earlier than
+    /// the backoff the policy counts from the last call). Not a state change;
+    /// refused once the row is terminal.
+    pub async fn reschedule_after(
         &self,
         kind: PendingKind,
         id: &str,
-        next_retry_time: i64,
+        delay_ms: i64,
     ) -> Result<(), StoreError> {
+        let now = self.now_ms();
         let sql = format!(
             "UPDATE {} SET next_retry_time = $2, retry_count = retry_count + 1, \
                 last_psp_call_at = $3 \
@@ -1085,8 +1088,8 @@ impl Store {
         );
         let done = sqlx::query(&sql)
             .bind(id)
-            .bind(next_retry_time)
-            .bind(self.now_ms())
+            .bind(now.saturating_add(delay_ms.max(1)))
+            .bind(now)
             .execute(&self.pool)
             .await?;
         if done.rows_affected() == 0 {

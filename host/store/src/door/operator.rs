@@ -52,7 +52,7 @@ impl Store {
                 provenance,
             );
             let step = self.carry_out(&mut tx, plan).await?;
-            if let Some(applied) = finish_try(tx, step, tries).await? {
+            if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
         }
@@ -212,7 +212,7 @@ impl Store {
                 }
                 Approval::Retry => {
                     tx.rollback().await.map_err(StoreError::from)?;
-                    cas_backoff(tries).await;
+                    cas_backoff(&self.env, tries).await;
                 }
             }
         }

@@ -183,7 +183,7 @@ dual_test! {
         let ids: Vec<&str> = second_page.iter().map(|a| a.id.as_str()).collect();
         assert_eq!(ids, vec![due[1].id.as_str()], "the attempt due at now+400 is not yet due");
 
-        store.reschedule(sluice_store::PendingKind::Attempt, &due[3].id, now + 10_000).await.unwrap();
+        store.reschedule_after(sluice_store::PendingKind::Attempt, &due[3].id, 10_000).await.unwrap();
         let rescheduled = store.get_attempt(&due[3].id).await.unwrap();
         assert_eq!(
             (rescheduled.next_retry_time, rescheduled.retry_count, rescheduled.last_psp_call_at),
@@ -192,7 +192,7 @@ dual_test! {
         db.clock.advance(7);
         store.note_psp_call(sluice_store::PendingKind::Attempt, &due[2].id).await.unwrap();
         assert_eq!(store.get_attempt(&due[2].id).await.unwrap().last_psp_call_at, Some(now + 7));
-        let refused = store.reschedule(sluice_store::PendingKind::Attempt, &done.id, now).await;
+        let refused = store.reschedule_after(sluice_store::PendingKind::Attempt, &done.id, 0).await;
         assert!(matches!(refused, Err(StoreError::NotFound { .. })));
     }
 }
