@@ -140,7 +140,7 @@ fn execute_create(app: &Arc<App>, new: NewPayment, outcome: CardOutcome) -> Exec
     }
     Executed {
         answer: Answer::json(200, &payment_response(&changed.0)),
-        notices: notices_of(&changed),
+        notices: notices_of(app.config.clock.now_secs(), &changed),
     }
 }
 
@@ -345,7 +345,7 @@ fn execute_capture(app: &Arc<App>, m: ModificationCall) -> Executed {
     };
     Executed {
         answer: m.received(&modification_psp),
-        notices: notices_for(&p, &[], &[happening]),
+        notices: notices_for(app.config.clock.now_secs(), &p, &[], &[happening]),
     }
 }
 
@@ -375,7 +375,7 @@ fn execute_cancel(app: &Arc<App>, m: ModificationCall) -> Executed {
     };
     Executed {
         answer: m.received(&modification_psp),
-        notices: notices_for(&p, &[], &[happening]),
+        notices: notices_for(app.config.clock.now_secs(), &p, &[], &[happening]),
     }
 }
 
@@ -401,7 +401,12 @@ fn execute_refund(app: &Arc<App>, m: ModificationCall) -> Executed {
             }
             Executed {
                 answer: m.received(&r.id),
-                notices: notices_for(&p, std::slice::from_ref(&r), &happenings),
+                notices: notices_for(
+                    app.config.clock.now_secs(),
+                    &p,
+                    std::slice::from_ref(&r),
+                    &happenings,
+                ),
             }
         }
         (Err(refusal), Some(p)) => {
@@ -414,7 +419,7 @@ fn execute_refund(app: &Arc<App>, m: ModificationCall) -> Executed {
             };
             Executed {
                 answer: m.received(&modification_psp),
-                notices: notices_for(&p, &[], &[happening]),
+                notices: notices_for(app.config.clock.now_secs(), &p, &[], &[happening]),
             }
         }
         (Err(_), None) => gone(),

@@ -217,12 +217,12 @@ impl App {
 
     fn settle_payment(&self, id: &str) -> Option<Vec<Notice>> {
         let changed = lock(&self.ledger).settle_payment(&self.ids, id)?;
-        Some(notices_of(&changed))
+        Some(notices_of(self.config.clock.now_secs(), &changed))
     }
 
     fn settle_refund(&self, id: &str) -> Option<Vec<Notice>> {
         let (p, r, h) = lock(&self.ledger).settle_refund(id)?;
-        Some(notices_for(&p, &[r], &[h]))
+        Some(notices_for(self.config.clock.now_secs(), &p, &[r], &[h]))
     }
 
     /// Settles every pending payment and refund now; returns how many settled.
@@ -245,7 +245,10 @@ impl App {
     /// exist or is not waiting for it.
     pub fn complete_action(&self, id: &str, authenticated: bool) -> Option<Payment> {
         let changed = lock(&self.ledger).complete_action(&self.ids, id, authenticated)?;
-        drop(self.hub.emit(notices_of(&changed)));
+        drop(
+            self.hub
+                .emit(notices_of(self.config.clock.now_secs(), &changed)),
+        );
         Some(changed.0)
     }
 
@@ -272,8 +275,8 @@ pub enum Pending {
     Refund(String),
 }
 
-pub fn notices_of(changed: &Changed) -> Vec<Notice> {
-    notices_for(&changed.0, &[], &changed.1)
+pub fn notices_of(now_secs: i64, changed: &Changed) -> Vec<Notice> {
+    notices_for(now_secs, &changed.0, &[], &changed.1)
 }
 
 /// Builds the HTTP response for `answer` with extra headers.

@@ -1,7 +1,8 @@
 //! Sandbox configuration and the settings the control API can change at run time.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +112,42 @@ pub enum RefundBehaviour {
     PendingThenFail,
 }
 
+/// The sandbox's clock (unix milliseconds). The wall clock by default; the
+/// deterministic simulator passes its virtual one, so payment times, webhook
+/// signatures and event dates move with simulated time.
+#[derive(Clone)]
+pub struct SandboxClock(Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl SandboxClock {
+    pub fn new(now_ms: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        SandboxClock(Arc::new(now_ms))
+    }
+
+    /// The wall clock (0 if it is before 1970).
+    pub fn system() -> Self {
+        SandboxClock::new(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0)
+        })
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        (self.0)()
+    }
+
+    pub fn now_secs(&self) -> i64 {
+        self.now_ms().div_euclid(1000)
+    }
+}
+
+impl std::fmt::Debug for SandboxClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SandboxClock({})", self.now_ms())
+    }
+}
+
 /// Everything `start` needs. `Default` gives a sandbox suitable for demos.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
@@ -139,6 +176,12 @@ pub struct SandboxConfig {
     /// PaymentIntent) takes before it answers; zero answers at once. Makes
     /// overlapping queries observable in [`crate::QueryRecord`]s.
     pub query_delay: Duration,
+    pub clock: SandboxClock,
+    /// Keep webhooks instead of sending them: each signed request waits in
+    /// [`crate::SandboxHandle::take_webhooks`] for the caller (the simulator)
+    /// to deliver, duplicate, reorder or drop. Delivery faults and retries
+    /// then are the caller's.
+    pub capture_webhooks: bool,
 }
 
 /// The Stripe key a default sandbox accepts.
@@ -162,6 +205,8 @@ impl Default for SandboxConfig {
             refund_behaviour: RefundBehaviour::Succeed,
             webhook_targets: BTreeMap::new(),
             query_delay: Duration::ZERO,
+            clock: SandboxClock::system(),
+            capture_webhooks: false,
         }
     }
 }

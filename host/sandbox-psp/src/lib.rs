@@ -35,21 +35,21 @@ use tokio::task::JoinHandle;
 
 pub use app::QueryRecord;
 pub use config::{
-    DeliveryFaults, Format, IdempotencyScope, RefundBehaviour, RetryPolicy, SandboxConfig,
-    WebhookTarget, DEFAULT_ADYEN_API_KEY, DEFAULT_STRIPE_API_KEY,
+    DeliveryFaults, Format, IdempotencyScope, RefundBehaviour, RetryPolicy, SandboxClock,
+    SandboxConfig, WebhookTarget, DEFAULT_ADYEN_API_KEY, DEFAULT_STRIPE_API_KEY,
 };
 pub use model::{PayStatus, Payment, ReferenceCount, Refund, RefundStatus};
 pub use signing::{
     adyen_hmac_signature, adyen_signing_payload, stripe_signature_header, stripe_v1_signature,
     AdyenSignedFields, SignError,
 };
-pub use webhooks::{DeliveredEvent, DeliveryRecord};
+pub use webhooks::{CapturedWebhook, DeliveredEvent, DeliveryRecord};
 
 use app::App;
 use idempotency::IdempotencyStore;
 use model::Ledger;
 use util::{lock, Ids};
-use webhooks::Hub;
+use webhooks::{Hub, HubSetup};
 
 /// Why the sandbox could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -75,29 +75,7 @@ pub async fn start(config: SandboxConfig) -> Result<SandboxHandle, SandboxError>
         .local_addr()
         .map_err(|source| SandboxError::Bind { port, source })?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let ids = Arc::new(Ids::new(config.seed));
-    let hub = Hub::start(
-        config.delivery.clone(),
-        config.retry.clone(),
-        config.webhook_targets.clone(),
-        ids.clone(),
-        shutdown_rx.clone(),
-    )?;
-    let app = Arc::new(App {
-        ledger: Mutex::new(Ledger::new(config.refund_behaviour)),
-        idempotency: Mutex::new(IdempotencyStore::default()),
-        root_url: format!("http://{addr}"),
-        config,
-        ids,
-        hub,
-        shutdown: shutdown_rx.clone(),
-        queries: Mutex::new(Vec::new()),
-    });
-    let router = Router::new()
-        .nest("/stripe", stripe::routes())
-        .nest("/adyen", adyen::routes())
-        .nest("/_sandbox", control::routes())
-        .with_state(app.clone());
+    let (app, router) = build(config, format!("http://{addr}"), shutdown_rx.clone())?;
     let mut stop = shutdown_rx;
     let server = tokio::spawn(async move {
         axum::serve(listener, router)
@@ -113,7 +91,67 @@ pub async fn start(config: SandboxConfig) -> Result<SandboxHandle, SandboxError>
         addr,
         shutdown: shutdown_tx,
         server: Some(server),
+        router: None,
     })
+}
+
+/// The address an in-process sandbox claims in its URLs. Nothing listens
+/// there: requests reach it through [`SandboxHandle::router`].
+pub const IN_PROCESS_ADDR: &str = "127.0.0.1:9";
+
+/// A sandbox without a listener, for the deterministic simulator: requests
+/// go to [`SandboxHandle::router`] in process, and webhooks are best captured
+/// ([`SandboxConfig::capture_webhooks`]) and delivered by the caller.
+pub fn in_process(config: SandboxConfig) -> Result<SandboxHandle, SandboxError> {
+    validate(&config)?;
+    let addr: SocketAddr = IN_PROCESS_ADDR
+        .parse()
+        .map_err(|e| SandboxError::Config(format!("{IN_PROCESS_ADDR}: {e}")))?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (app, router) = build(config, format!("http://{addr}"), shutdown_rx)?;
+    Ok(SandboxHandle {
+        app,
+        addr,
+        shutdown: shutdown_tx,
+        server: None,
+        router: Some(router),
+    })
+}
+
+/// The sandbox's state and routes.
+fn build(
+    config: SandboxConfig,
+    root_url: String,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(Arc<App>, Router), SandboxError> {
+    let ids = Arc::new(Ids::new(config.seed));
+    let hub = Hub::start(
+        HubSetup {
+            faults: config.delivery.clone(),
+            retry: config.retry.clone(),
+            targets: config.webhook_targets.clone(),
+            ids: ids.clone(),
+            clock: config.clock.clone(),
+            capture: config.capture_webhooks,
+        },
+        shutdown.clone(),
+    )?;
+    let app = Arc::new(App {
+        ledger: Mutex::new(Ledger::new(config.refund_behaviour, config.clock.clone())),
+        idempotency: Mutex::new(IdempotencyStore::default()),
+        root_url,
+        config,
+        ids,
+        hub,
+        shutdown,
+        queries: Mutex::new(Vec::new()),
+    });
+    let router = Router::new()
+        .nest("/stripe", stripe::routes())
+        .nest("/adyen", adyen::routes())
+        .nest("/_sandbox", control::routes())
+        .with_state(app.clone());
+    Ok((app, router))
 }
 
 fn validate(config: &SandboxConfig) -> Result<(), SandboxError> {
@@ -139,11 +177,24 @@ pub struct SandboxHandle {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     server: Option<JoinHandle<std::io::Result<()>>>,
+    /// In process: the routes, called without a socket.
+    router: Option<Router>,
 }
 
 impl SandboxHandle {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// An in-process sandbox's routes (None when it listens on a socket).
+    pub fn router(&self) -> Option<Router> {
+        self.router.clone()
+    }
+
+    /// Capture mode: the signed webhook requests the sandbox would have sent
+    /// since the last call, oldest first.
+    pub fn take_webhooks(&self) -> Vec<CapturedWebhook> {
+        self.app.hub.take_captured()
     }
 
     /// `http://127.0.0.1:<port>`; the control API lives under `/_sandbox/`.

@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::config::SandboxClock;
 use crate::config::{Format, RefundBehaviour};
 use crate::faults::{CardOutcome, Decline};
-use crate::util::{now_unix_secs, Ids};
+use crate::util::Ids;
 
 /// A payment's lifecycle, named after Stripe's PaymentIntent statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -232,8 +233,8 @@ pub struct NewRefund {
 
 pub type Changed = (Payment, Vec<Happening>);
 
-#[derive(Default)]
 pub struct Ledger {
+    clock: SandboxClock,
     payments: BTreeMap<String, Payment>,
     payment_order: Vec<String>,
     refunds: BTreeMap<String, Refund>,
@@ -244,10 +245,16 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(refund_behaviour: RefundBehaviour) -> Self {
+    pub fn new(refund_behaviour: RefundBehaviour, clock: SandboxClock) -> Self {
         Self {
+            clock,
+            payments: BTreeMap::new(),
+            payment_order: Vec::new(),
+            refunds: BTreeMap::new(),
+            refund_order: Vec::new(),
+            payment_counts: BTreeMap::new(),
+            refund_counts: BTreeMap::new(),
             refund_behaviour,
-            ..Self::default()
         }
     }
 
@@ -290,7 +297,7 @@ impl Ledger {
             decline: None,
             next_action_url: None,
             committed: false,
-            created: now_unix_secs(),
+            created: self.clock.now_secs(),
             canceled_at: None,
             cancellation_reason: None,
         };
@@ -403,6 +410,7 @@ impl Ledger {
         id: &str,
         reason: Option<String>,
     ) -> Result<Payment, Refusal> {
+        let now = self.clock.now_secs();
         let p = self.payment_mut(api_key, id)?;
         let allowed = match p.format {
             Format::Stripe => matches!(
@@ -420,7 +428,7 @@ impl Ledger {
         p.status = PayStatus::Canceled;
         p.amount_capturable = 0;
         p.next_action_url = None;
-        p.canceled_at = Some(now_unix_secs());
+        p.canceled_at = Some(now);
         p.cancellation_reason = reason;
         Ok(p.clone())
     }
@@ -432,6 +440,7 @@ impl Ledger {
         new: NewRefund,
     ) -> Result<(Payment, Refund, Vec<Happening>), Refusal> {
         let behaviour = self.refund_behaviour;
+        let now = self.clock.now_secs();
         let p = self.payment_mut(&new.api_key, &new.payment_id)?;
         if p.status != PayStatus::Succeeded {
             return Err(Refusal::UnexpectedState(p.status));
@@ -479,7 +488,7 @@ impl Ledger {
                 RefundStatus::Pending
             },
             metadata: new.metadata,
-            created: now_unix_secs(),
+            created: now,
             failure_reason: None,
             settles_successfully: behaviour != RefundBehaviour::PendingThenFail,
         };
@@ -673,7 +682,7 @@ mod tests {
     #[test]
     fn a_partial_capture_releases_the_remainder_and_allows_no_second_capture() {
         let ids = Ids::new(Some(1));
-        let mut ledger = Ledger::default();
+        let mut ledger = Ledger::new(RefundBehaviour::default(), SandboxClock::system());
         let (p, _) = ledger.create_payment(&ids, new_payment(true), CardOutcome::Approve, |_| {
             String::new()
         });
@@ -692,7 +701,7 @@ mod tests {
     #[test]
     fn refunds_never_exceed_the_captured_amount() {
         let ids = Ids::new(Some(2));
-        let mut ledger = Ledger::default();
+        let mut ledger = Ledger::new(RefundBehaviour::default(), SandboxClock::system());
         let (p, _) = ledger.create_payment(&ids, new_payment(false), CardOutcome::Approve, |_| {
             String::new()
         });
@@ -711,7 +720,7 @@ mod tests {
     #[test]
     fn a_declined_create_counts_a_payment_but_no_charge() {
         let ids = Ids::new(Some(3));
-        let mut ledger = Ledger::default();
+        let mut ledger = Ledger::new(RefundBehaviour::default(), SandboxClock::system());
         ledger.create_payment(
             &ids,
             new_payment(false),
@@ -730,7 +739,7 @@ mod tests {
     #[test]
     fn a_pending_refund_that_fails_gives_its_amount_back() {
         let ids = Ids::new(Some(4));
-        let mut ledger = Ledger::new(RefundBehaviour::PendingThenFail);
+        let mut ledger = Ledger::new(RefundBehaviour::PendingThenFail, SandboxClock::system());
         let (p, _) = ledger.create_payment(&ids, new_payment(false), CardOutcome::Approve, |_| {
             String::new()
         });

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::config::Format;
 use crate::model::{Happening, Payment, Refund};
 use crate::stripe;
-use crate::util::{iso8601_utc, now_unix_secs};
+use crate::util::iso8601_utc;
 
 /// One notification to send to every matching webhook target.
 #[derive(Debug, Clone)]
@@ -42,7 +42,13 @@ pub struct AdyenItem {
 
 /// The notifications the gateway gets for `happenings` of payment `p`.
 /// `refunds` holds the refunds the happenings name.
-pub fn notices_for(p: &Payment, refunds: &[Refund], happenings: &[Happening]) -> Vec<Notice> {
+/// `now_secs` dates the Adyen items (`eventDate`).
+pub fn notices_for(
+    now_secs: i64,
+    p: &Payment,
+    refunds: &[Refund],
+    happenings: &[Happening],
+) -> Vec<Notice> {
     match p.format {
         Format::Stripe => happenings
             .iter()
@@ -51,7 +57,7 @@ pub fn notices_for(p: &Payment, refunds: &[Refund], happenings: &[Happening]) ->
         Format::Adyen => happenings
             .iter()
             .filter_map(|h| {
-                let items = adyen_items(p, refunds, h);
+                let items = adyen_items(now_secs, p, refunds, h);
                 (!items.is_empty()).then(|| Notice::Adyen {
                     api_key: p.api_key.clone(),
                     items,
@@ -109,7 +115,7 @@ fn stripe_notices(p: &Payment, refunds: &[Refund], h: &Happening) -> Vec<Notice>
     }
 }
 
-fn adyen_items(p: &Payment, refunds: &[Refund], h: &Happening) -> Vec<AdyenItem> {
+fn adyen_items(now_secs: i64, p: &Payment, refunds: &[Refund], h: &Happening) -> Vec<AdyenItem> {
     let item =
         |psp: &str, original: Option<&str>, reference: &str, value: i64, code, success| AdyenItem {
             psp_reference: psp.to_owned(),
@@ -122,7 +128,7 @@ fn adyen_items(p: &Payment, refunds: &[Refund], h: &Happening) -> Vec<AdyenItem>
             success,
             reason: None,
             payment_method: "visa".to_owned(),
-            event_date: iso8601_utc(now_unix_secs()),
+            event_date: iso8601_utc(now_secs),
         };
     let with_reason = |mut i: AdyenItem, reason: &str| {
         i.reason = Some(reason.to_owned());

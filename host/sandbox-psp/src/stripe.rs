@@ -19,7 +19,7 @@ use crate::model::{
     Happening, NewPayment, NewRefund, PayStatus, Payment, Refund, RefundStatus, Refusal,
 };
 use crate::notices::notices_for;
-use crate::util::{lock, now_unix_millis};
+use crate::util::lock;
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -142,7 +142,7 @@ fn execute_create(app: &Arc<App>, new: NewPayment, outcome: CardOutcome) -> Exec
     };
     Executed {
         answer,
-        notices: notices_of(&changed),
+        notices: notices_of(app.config.clock.now_secs(), &changed),
     }
 }
 
@@ -175,7 +175,12 @@ async fn capture_payment_intent(
                         };
                         Executed {
                             answer: Answer::json(200, &payment_intent_json(&p)),
-                            notices: notices_for(&p, &[], &[happening]),
+                            notices: notices_for(
+                                app.config.clock.now_secs(),
+                                &p,
+                                &[],
+                                &[happening],
+                            ),
                         }
                     }
                     Err(refusal) => refused(refusal, &id, "capture", "amount_to_capture"),
@@ -215,7 +220,12 @@ async fn cancel_payment_intent(
                         };
                         Executed {
                             answer: Answer::json(200, &payment_intent_json(&p)),
-                            notices: notices_for(&p, &[], &[happening]),
+                            notices: notices_for(
+                                app.config.clock.now_secs(),
+                                &p,
+                                &[],
+                                &[happening],
+                            ),
                         }
                     }
                     Err(refusal) => refused(refusal, &id, "cancel", "intent"),
@@ -265,7 +275,12 @@ fn execute_refund(app: &Arc<App>, new: NewRefund, payment_id: &str) -> Executed 
             }
             Executed {
                 answer: Answer::json(200, &refund_json(&r)),
-                notices: notices_for(&p, std::slice::from_ref(&r), &happenings),
+                notices: notices_for(
+                    app.config.clock.now_secs(),
+                    &p,
+                    std::slice::from_ref(&r),
+                    &happenings,
+                ),
             }
         }
         Err(Refusal::AmountTooLarge { available }) if available <= 0 => {
@@ -295,7 +310,7 @@ async fn retrieve_payment_intent(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let started = now_unix_millis();
+    let started = app.config.clock.now_ms();
     app.sleep_unless_shutdown(app.config.query_delay).await;
     let mut reference = id.clone();
     let result = authenticate(&app, &headers).map(|api_key| {
@@ -317,7 +332,7 @@ fn record_query(app: &App, reference: String, kind: &str, started_unix_ms: i64) 
         reference,
         kind: kind.to_owned(),
         started_unix_ms,
-        ended_unix_ms: now_unix_millis(),
+        ended_unix_ms: app.config.clock.now_ms(),
     });
 }
 
@@ -326,7 +341,7 @@ async fn search_payment_intents(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let started = now_unix_millis();
+    let started = app.config.clock.now_ms();
     app.sleep_unless_shutdown(app.config.query_delay).await;
     let mut references = Vec::new();
     let result = (|| {

@@ -1,7 +1,6 @@
-//! Ids, clock helpers and small formatting functions.
+//! Ids and small formatting functions.
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -54,17 +53,6 @@ impl Ids {
 /// could panic, so the data behind a poisoned lock is still valid.
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub fn now_unix_secs() -> i64 {
-    now_unix_millis() / 1000
-}
-
-pub fn now_unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS+00:00` for a Unix time, as Adyen writes `eventDate`.

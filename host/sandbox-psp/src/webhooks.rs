@@ -15,10 +15,10 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
-use crate::config::{DeliveryFaults, Format, RetryPolicy, WebhookTarget};
+use crate::config::{DeliveryFaults, Format, RetryPolicy, SandboxClock, WebhookTarget};
 use crate::notices::{AdyenItem, Notice};
 use crate::signing::{adyen_hmac_signature, stripe_signature_header, AdyenSignedFields};
-use crate::util::{lock, now_unix_millis, now_unix_secs, Ids};
+use crate::util::{lock, Ids};
 
 /// One event inside a delivered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -53,6 +53,19 @@ pub struct DeliveryRecord {
     /// The gateway answered 2xx.
     pub acknowledged: bool,
     pub sent_at_unix_ms: i64,
+}
+
+/// A signed webhook request kept for the caller instead of being sent
+/// ([`crate::SandboxConfig::capture_webhooks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedWebhook {
+    /// The connector name the target was installed under.
+    pub connector: String,
+    pub url: String,
+    /// The headers a real delivery carries (content type, signature, user agent).
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub events: Vec<DeliveredEvent>,
 }
 
 /// Fires its sender when the last clone is dropped: "every request of one emit is done".
@@ -99,8 +112,21 @@ struct Inner {
     pending: AtomicUsize,
     idle: Notify,
     ids: Arc<Ids>,
+    clock: SandboxClock,
+    /// Some: capture mode; signed requests wait here instead of being sent.
+    captured: Option<Mutex<Vec<CapturedWebhook>>>,
     client: reqwest::Client,
     shutdown: watch::Receiver<bool>,
+}
+
+/// How the hub is set up.
+pub struct HubSetup {
+    pub faults: DeliveryFaults,
+    pub retry: RetryPolicy,
+    pub targets: BTreeMap<String, WebhookTarget>,
+    pub ids: Arc<Ids>,
+    pub clock: SandboxClock,
+    pub capture: bool,
 }
 
 /// The webhook sender. Cheap to clone.
@@ -111,31 +137,38 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn start(
-        faults: DeliveryFaults,
-        retry: RetryPolicy,
-        targets: BTreeMap<String, WebhookTarget>,
-        ids: Arc<Ids>,
-        shutdown: watch::Receiver<bool>,
-    ) -> Result<Self, reqwest::Error> {
+    pub fn start(setup: HubSetup, shutdown: watch::Receiver<bool>) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
-            .timeout(retry.request_timeout)
+            .timeout(setup.retry.request_timeout)
             .build()?;
         let inner = Arc::new(Inner {
-            targets: Mutex::new(targets),
-            faults: Mutex::new(faults),
-            retry,
+            targets: Mutex::new(setup.targets),
+            faults: Mutex::new(setup.faults),
+            retry: setup.retry,
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             pending: AtomicUsize::new(0),
             idle: Notify::new(),
-            ids,
+            ids: setup.ids,
+            clock: setup.clock,
+            captured: setup.capture.then(|| Mutex::new(Vec::new())),
             client,
             shutdown,
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(inner.clone(), rx));
+        if inner.captured.is_none() {
+            tokio::spawn(dispatch(inner.clone(), rx));
+        }
         Ok(Self { inner, tx })
+    }
+
+    /// Capture mode: the signed requests kept so far, oldest first.
+    pub fn take_captured(&self) -> Vec<CapturedWebhook> {
+        self.inner
+            .captured
+            .as_ref()
+            .map(|captured| std::mem::take(&mut *lock(captured)))
+            .unwrap_or_default()
     }
 
     /// Queues `notices` for every matching target. The receiver resolves once all
@@ -149,6 +182,17 @@ impl Hub {
         for notice in notices {
             for (connector, target) in &targets {
                 for (body, events) in self.render(&notice, target, batch) {
+                    if let Some(captured) = &self.inner.captured {
+                        let headers = signed_headers(&self.inner, target, &body);
+                        lock(captured).push(CapturedWebhook {
+                            connector: connector.clone(),
+                            url: target.url.clone(),
+                            headers,
+                            body,
+                            events,
+                        });
+                        continue;
+                    }
                     self.inner.pending.fetch_add(1, Ordering::SeqCst);
                     let job = Job {
                         connector: connector.clone(),
@@ -187,7 +231,7 @@ impl Hub {
                     "id": id,
                     "object": "event",
                     "api_version": "2024-06-20",
-                    "created": now_unix_secs(),
+                    "created": self.inner.clock.now_secs(),
                     "data": { "object": object },
                     "livemode": false,
                     "pending_webhooks": 1,
@@ -344,24 +388,36 @@ async fn retry(inner: Arc<Inner>, job: Job, copy: u32) {
     }
 }
 
+/// The headers of one delivery of `body` to `target`, signed now.
+fn signed_headers(inner: &Inner, target: &WebhookTarget, body: &str) -> Vec<(String, String)> {
+    let mut headers = vec![(
+        "content-type".to_owned(),
+        "application/json; charset=utf-8".to_owned(),
+    )];
+    if target.format == Format::Stripe {
+        let signature =
+            stripe_signature_header(&target.secret, inner.clock.now_secs(), body.as_bytes());
+        headers.push(("stripe-signature".to_owned(), signature));
+        headers.push((
+            "user-agent".to_owned(),
+            "Stripe/1.0 (+https://stripe.com/docs/webhooks)".to_owned(),
+        ));
+    } else {
+        headers.push(("user-agent".to_owned(), "Adyen HttpClient 1.0".to_owned()));
+    }
+    headers
+}
+
 /// One HTTP attempt; records it and says whether the gateway acknowledged it.
 async fn send(inner: &Inner, job: &Job, copy: u32, attempt: u32) -> bool {
     let mut request = inner
         .client
         .post(&job.target.url)
-        .header("content-type", "application/json; charset=utf-8")
         .body(job.body.as_bytes().to_vec());
-    if job.target.format == Format::Stripe {
-        let signature =
-            stripe_signature_header(&job.target.secret, now_unix_secs(), job.body.as_bytes());
-        request = request.header("stripe-signature", signature).header(
-            "user-agent",
-            "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
-        );
-    } else {
-        request = request.header("user-agent", "Adyen HttpClient 1.0");
+    for (name, value) in signed_headers(inner, &job.target, &job.body) {
+        request = request.header(name, value);
     }
-    let sent_at = now_unix_millis();
+    let sent_at = inner.clock.now_ms();
     let (status, response_body, error) = match request.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
