@@ -7,6 +7,8 @@
 //!   copy the results to `<target>/adapters/<dir>.wasm`, where the host loads them from.
 //! - `test [args...]`: build the adapters, check PostgreSQL, run the whole workspace test suite.
 //! - `demo [args...]`: build the adapters, then run `sluice demo` with them loaded.
+//! - `sim [args...]`: build the adapters, then run the deterministic simulator
+//!   (`sluice-sim`; `--seed S` replays one seed with its trace).
 
 use std::env;
 use std::ffi::OsString;
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Some("build-adapters") => build_adapters().map(|_| ()),
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
+        Some("sim") => sim(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -53,6 +56,9 @@ commands:
   demo [args...]     build the adapters, then run `sluice demo` (extra args go to sluice)
   test [args...]     build the adapters, check PostgreSQL, run every test in the workspace
                      (extra args go to the test runner)
+  sim [args...]      build the adapters, then run the deterministic simulator:
+                     many seeds (--seeds N --start S --jobs J --check-determinism K),
+                     or one with its whole trace (--seed S)
   build-adapters     build every crate under adapters/ into <target>/adapters/<name>.wasm
 
 environment:
@@ -406,6 +412,16 @@ fn demo(extra: &[OsString]) -> Result<()> {
     .arg("--adapters-dir")
     .arg(&adapters_dir)
     .args(extra);
+    run(&mut cmd)
+}
+
+fn sim(extra: &[OsString]) -> Result<()> {
+    let adapters_dir = build_adapters()?;
+    let mut cmd = cargo();
+    cmd.args(["run", "-q", "-p", "sluice-sim", "--bin", "sluice-sim", "--"])
+        .arg("--adapters")
+        .arg(&adapters_dir)
+        .args(extra);
     run(&mut cmd)
 }
 

@@ -1,0 +1,393 @@
+//! The invariants, checked after every step and once the world converged
+//! (seed 000 §15, seed 001 §12). A violation fails the seed with its trace.
+
+use std::collections::BTreeMap;
+
+use sluice_sandbox_psp::{PayStatus, RefundStatus};
+use sluice_store::PaymentDetails;
+
+use crate::world::{KeyedOp, World};
+use crate::SimError;
+
+/// Every honest payment's aggregates: (aggregate, state, version) and the
+/// amounts, keyed by world-local payment name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot(BTreeMap<String, Vec<String>>);
+
+impl Snapshot {
+    pub async fn take(world: &World) -> Result<Snapshot, SimError> {
+        let mut map = BTreeMap::new();
+        for payment in &world.payments {
+            let d = world
+                .gw
+                .store
+                .payment_details(None, &payment.payment_id)
+                .await?;
+            map.insert(payment.name.clone(), describe(&d));
+        }
+        Ok(Snapshot(map))
+    }
+
+    /// What differs in `after`, one line per payment.
+    pub fn changes(&self, after: &Snapshot) -> Vec<String> {
+        self.0
+            .iter()
+            .filter_map(|(name, before)| {
+                let now = after.0.get(name)?;
+                (now != before).then(|| format!("{name}: {before:?} -> {now:?}"))
+            })
+            .collect()
+    }
+}
+
+fn describe(d: &PaymentDetails) -> Vec<String> {
+    let mut lines = vec![format!(
+        "order {} v{} review={}",
+        d.order.state.as_str(),
+        d.order.version,
+        d.order.manual_review
+    )];
+    lines.extend(
+        d.attempts
+            .iter()
+            .map(|a| format!("attempt {} v{}", a.state.as_str(), a.version)),
+    );
+    lines.extend(
+        d.captures
+            .iter()
+            .map(|c| format!("capture {} v{}", c.state.as_str(), c.version)),
+    );
+    lines.extend(
+        d.refunds
+            .iter()
+            .map(|r| format!("refund {} v{}", r.state.as_str(), r.version)),
+    );
+    lines
+}
+
+/// What was last seen of each aggregate, to check terminal states stay.
+#[derive(Debug, Default)]
+pub struct Observed(BTreeMap<String, (String, bool)>);
+
+impl World {
+    pub fn violation(&mut self, what: String) {
+        self.trace.line(format!("VIOLATION {what}"));
+        self.violations.push(what);
+    }
+
+    /// The invariants that hold after every step, faults or not.
+    pub async fn check_step(&mut self) -> Result<(), SimError> {
+        let mut found = Vec::new();
+        for payment in self.payments.clone() {
+            let d = self
+                .gw
+                .store
+                .payment_details(None, &payment.payment_id)
+                .await?;
+            found.extend(amount_violations(&payment.name, &d));
+            found.extend(self.terminal_violations(&payment.name, &d));
+            let open = d.attempts.iter().filter(|a| !a.state.is_terminal()).count();
+            if open > 1 {
+                found.push(format!("{}: {open} attempts open at once", payment.name));
+            }
+        }
+        found.extend(self.psp_violations());
+        found.extend(self.beyond_requests().await?);
+        for what in found {
+            self.violation(what);
+        }
+        Ok(())
+    }
+
+    fn terminal_violations(&mut self, name: &str, d: &PaymentDetails) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut seen = |key: String, state: &str, terminal: bool| {
+            if let Some((before, true)) = self.observed.0.get(&key) {
+                if before != state {
+                    found.push(format!("{key}: terminal {before} changed to {state}"));
+                }
+            }
+            self.observed.0.insert(key, (state.to_owned(), terminal));
+        };
+        seen(
+            format!("{name} order"),
+            d.order.state.as_str(),
+            d.order.state.is_terminal(),
+        );
+        for a in &d.attempts {
+            seen(
+                format!("{name} attempt {}", a.attempt_no),
+                a.state.as_str(),
+                a.state.is_terminal(),
+            );
+        }
+        for (i, c) in d.captures.iter().enumerate() {
+            seen(
+                format!("{name} capture {i}"),
+                c.state.as_str(),
+                c.state.is_terminal(),
+            );
+        }
+        for (i, r) in d.refunds.iter().enumerate() {
+            seen(
+                format!("{name} refund {i}"),
+                r.state.as_str(),
+                r.state.is_terminal(),
+            );
+        }
+        found
+    }
+
+    /// The PSP never moved more than the merchants asked for: per payment,
+    /// refunds within the sum of its distinct refund requests (one per
+    /// Idempotency-Key, however often retried), captures of a manual-capture
+    /// payment within the sum of its distinct capture requests.
+    async fn beyond_requests(&self) -> Result<Vec<String>, SimError> {
+        let psp: BTreeMap<String, sluice_sandbox_psp::Payment> = self
+            .sandbox
+            .payments()
+            .into_iter()
+            .map(|p| (p.reference.clone(), p))
+            .collect();
+        let mut found = Vec::new();
+        for payment in &self.payments {
+            let d = self
+                .gw
+                .store
+                .payment_details(None, &payment.payment_id)
+                .await?;
+            let asked = |op: KeyedOp| -> i64 {
+                let mut keys = BTreeMap::new();
+                for (kind, key, amount) in &payment.keys {
+                    if *kind == op {
+                        keys.insert(key.as_str(), *amount);
+                    }
+                }
+                keys.values().sum()
+            };
+            let at_psp: Vec<&sluice_sandbox_psp::Payment> = d
+                .attempts
+                .iter()
+                .filter_map(|a| psp.get(&a.reference))
+                .collect();
+            let refunded: i64 = at_psp
+                .iter()
+                .map(|p| p.amount_refunded + p.amount_refund_pending)
+                .sum();
+            if refunded > asked(KeyedOp::Refund) {
+                found.push(format!(
+                    "{}: the PSP refunded {refunded}, the merchant asked for {} in its distinct refund requests",
+                    payment.name,
+                    asked(KeyedOp::Refund)
+                ));
+            }
+            let manual = d.order.capture_mode == sluice_core::CaptureMode::Manual;
+            let received: i64 = at_psp.iter().map(|p| p.amount_received).sum();
+            if manual && received > asked(KeyedOp::Capture) {
+                found.push(format!(
+                    "{}: the PSP captured {received}, the merchant asked for {} in its distinct capture requests",
+                    payment.name,
+                    asked(KeyedOp::Capture)
+                ));
+            }
+        }
+        Ok(found)
+    }
+
+    /// One charge per attempt reference and one refund per refund reference
+    /// at the PSP; the PSP's own amounts in order.
+    fn psp_violations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (reference, count) in self.sandbox.charge_counts() {
+            if count.charges > 1 {
+                found.push(format!(
+                    "PSP charged {} times for one attempt reference {reference}",
+                    count.charges
+                ));
+            }
+        }
+        let mut refunds: BTreeMap<String, u32> = BTreeMap::new();
+        for refund in self.sandbox.refunds() {
+            if let Some(reference) = refund.reference {
+                *refunds.entry(reference).or_default() += 1;
+            }
+        }
+        for (reference, n) in refunds {
+            if n > 1 {
+                found.push(format!(
+                    "PSP made {n} refunds for one refund reference {reference}"
+                ));
+            }
+        }
+        for p in self.sandbox.payments() {
+            if p.amount_received > p.amount
+                || p.amount_refunded + p.amount_refund_pending > p.amount_received
+            {
+                found.push(format!(
+                    "PSP amounts out of order for {}: amount {} received {} refunded {} pending {}",
+                    p.id, p.amount, p.amount_received, p.amount_refunded, p.amount_refund_pending
+                ));
+            }
+        }
+        found
+    }
+
+    /// Once faults stopped and the world settled: every payment is closed or
+    /// with an operator, and what we recorded agrees with the PSP's ledger.
+    pub async fn check_converged(&mut self) -> Result<(), SimError> {
+        let mut found = Vec::new();
+        let psp: BTreeMap<String, sluice_sandbox_psp::Payment> = self
+            .sandbox
+            .payments()
+            .into_iter()
+            .map(|p| (p.reference.clone(), p))
+            .collect();
+        let psp_refunds = self.sandbox.refunds();
+        for payment in self.payments.clone() {
+            let d = self
+                .gw
+                .store
+                .payment_details(None, &payment.payment_id)
+                .await?;
+            if d.order.manual_review {
+                continue;
+            }
+            found.extend(open_aggregates(&payment.name, &d));
+            found.extend(ledger_disagreements(&payment.name, &d, &psp, &psp_refunds));
+        }
+        found.extend(self.inbox_left_open().await?);
+        for what in found {
+            self.violation(what);
+        }
+        Ok(())
+    }
+
+    /// Accepted webhook events still waiting after convergence.
+    async fn inbox_left_open(&self) -> Result<Vec<String>, SimError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM webhook_inbox \
+             WHERE status IN ('pending', 'processing', 'failed') GROUP BY status",
+        )
+        .fetch_all(self.gw.store.pool())
+        .await
+        .map_err(|e| SimError::Store(e.to_string()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(status, n)| {
+                format!("{n} accepted webhook events still {status} after convergence")
+            })
+            .collect())
+    }
+}
+
+/// Our amounts: captured ≤ authorized ≤ amount, refunds within captures.
+fn amount_violations(name: &str, d: &PaymentDetails) -> Vec<String> {
+    let a = &d.amounts;
+    let mut found = Vec::new();
+    if a.authorized_minor > a.amount_minor {
+        found.push(format!(
+            "{name}: authorized {} > amount {}",
+            a.authorized_minor, a.amount_minor
+        ));
+    }
+    if a.captured_minor + a.capture_reserved_minor > a.authorized_minor {
+        found.push(format!(
+            "{name}: captured {} + reserved {} > authorized {}",
+            a.captured_minor, a.capture_reserved_minor, a.authorized_minor
+        ));
+    }
+    if a.refunded_minor + a.refund_reserved_minor > a.captured_minor {
+        found.push(format!(
+            "{name}: refunded {} + reserved {} > captured {}",
+            a.refunded_minor, a.refund_reserved_minor, a.captured_minor
+        ));
+    }
+    if [
+        a.captured_minor,
+        a.capture_reserved_minor,
+        a.refunded_minor,
+        a.refund_reserved_minor,
+    ]
+    .iter()
+    .any(|v| *v < 0)
+    {
+        found.push(format!("{name}: a negative amount {a:?}"));
+    }
+    found
+}
+
+fn open_aggregates(name: &str, d: &PaymentDetails) -> Vec<String> {
+    let mut found = Vec::new();
+    for a in d.attempts.iter().filter(|a| !a.state.is_terminal()) {
+        found.push(format!(
+            "{name}: attempt {} still {} after convergence",
+            a.attempt_no,
+            a.state.as_str()
+        ));
+    }
+    for c in d.captures.iter().filter(|c| !c.state.is_terminal()) {
+        found.push(format!(
+            "{name}: a capture still {} after convergence",
+            c.state.as_str()
+        ));
+    }
+    for r in d.refunds.iter().filter(|r| !r.state.is_terminal()) {
+        found.push(format!(
+            "{name}: a refund still {} after convergence",
+            r.state.as_str()
+        ));
+    }
+    found
+}
+
+/// Our captured and refunded amounts against the PSP's, per attempt.
+fn ledger_disagreements(
+    name: &str,
+    d: &PaymentDetails,
+    psp: &BTreeMap<String, sluice_sandbox_psp::Payment>,
+    psp_refunds: &[sluice_sandbox_psp::Refund],
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let received: i64 = d
+        .attempts
+        .iter()
+        .filter_map(|a| psp.get(&a.reference))
+        .map(|p| p.amount_received)
+        .sum();
+    if received != d.amounts.captured_minor {
+        found.push(format!(
+            "{name}: we recorded {} captured, the PSP took {received}",
+            d.amounts.captured_minor
+        ));
+    }
+    let held = d
+        .attempts
+        .iter()
+        .filter_map(|a| psp.get(&a.reference))
+        .any(|p| {
+            matches!(
+                p.status,
+                PayStatus::RequiresCapture | PayStatus::Processing | PayStatus::RequiresAction
+            )
+        });
+    if held {
+        found.push(format!(
+            "{name}: the PSP still holds an open payment after convergence"
+        ));
+    }
+    let ours: std::collections::BTreeSet<&str> =
+        d.refunds.iter().map(|r| r.reference.as_str()).collect();
+    let refunded: i64 = psp_refunds
+        .iter()
+        .filter(|r| r.status == RefundStatus::Succeeded)
+        .filter(|r| r.reference.as_deref().is_some_and(|x| ours.contains(x)))
+        .map(|r| r.amount)
+        .sum();
+    if refunded != d.amounts.refunded_minor {
+        found.push(format!(
+            "{name}: we recorded {} refunded, the PSP refunded {refunded}",
+            d.amounts.refunded_minor
+        ));
+    }
+    found
+}

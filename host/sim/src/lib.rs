@@ -1,0 +1,297 @@
+//! Deterministic simulation of the whole gateway (issue 12).
+//!
+//! A seed builds a world from the seed alone and drives the real code —
+//! store (SQLite), orchestrator, inbox processor, recovery scanner, the real
+//! Stripe-format and Adyen-format adapter components — against the sandbox
+//! PSP's ledger in process, through a network that loses, duplicates,
+//! mangles and delays, with the gateway process killed between the PSP's
+//! commit and ours. Virtual time only moves when the world moves it; every
+//! choice comes from one seeded generator. After every step the money
+//! invariants are checked; at the end faults stop, the world converges, and
+//! our records must agree with the PSP's ledger.
+//!
+//! `cargo xtask sim` runs many seeds, `cargo xtask sim --seed S` replays one
+//! with its trace.
+
+pub mod check;
+pub mod net;
+pub mod ops;
+pub mod rng;
+pub mod trace;
+pub mod webhooks;
+pub mod world;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig};
+use sluice_store::{Clock, ManualClock, Store, StoreOptions};
+
+use crate::net::NetMode;
+use crate::world::World;
+
+/// Why a seed could not run at all (not a finding: a broken set-up).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("set-up: {0}")]
+    Setup(String),
+    #[error("store: {0}")]
+    Store(String),
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] sluice_sandbox_psp::SandboxError),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How big one seed's world is.
+#[derive(Debug, Clone, Copy)]
+pub struct SimOptions {
+    /// Workload steps with faults, before convergence.
+    pub steps: u32,
+    /// Convergence rounds at most (each jumps to the next due timer).
+    pub converge_rounds: u32,
+    /// How much virtual time convergence may take: longer than every
+    /// timer the gateway sets (authorization validity 7 days, review after
+    /// 24 h of UNKNOWN).
+    pub converge_ms: i64,
+    /// Print every trace line as it happens.
+    pub echo: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            steps: 60,
+            converge_rounds: 5_000,
+            converge_ms: 10 * 86_400_000,
+            echo: false,
+        }
+    }
+}
+
+/// What one seed did.
+#[derive(Debug, Clone)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub trace_hash: String,
+    pub trace_lines: u64,
+    pub payments: usize,
+    pub crashes: u32,
+    pub violations: Vec<String>,
+    /// The last lines of the trace (for a failing seed).
+    pub tail: Vec<String>,
+}
+
+impl SeedReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// What a worker keeps across seeds: the compiled adapters (their host clock
+/// is the world's virtual clock) and a migrated template database.
+pub struct Simulator {
+    runtime: AdapterRuntime,
+    clock: ManualClock,
+    dir: tempfile::TempDir,
+    template: PathBuf,
+    options: SimOptions,
+}
+
+impl Simulator {
+    /// Loads the adapters from `adapters_dir` (`stripe.wasm`, `adyen.wasm`).
+    pub fn new(adapters_dir: &Path, options: SimOptions) -> Result<Simulator, SimError> {
+        let clock = ManualClock::new(world::START_MS);
+        let tick = clock.clone();
+        let runtime = AdapterRuntime::new(RuntimeConfig {
+            cache_dir: Some(adapters_dir.join(".sim-cache")),
+            max_concurrent_instances: 4,
+            clock: Arc::new(move || tick.now_ms()),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| SimError::Setup(e.to_string()))?;
+        for name in ["stripe", "adyen"] {
+            let path = adapters_dir.join(format!("{name}.wasm"));
+            let bytes = std::fs::read(&path)
+                .map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))?;
+            runtime
+                .load(name, &bytes, None, true)
+                .map_err(|e| SimError::Setup(format!("loading {name}: {e}")))?;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-sim")
+            .tempdir_in(tmp_root())?;
+        let template = dir.path().join("template.db");
+        tokio_runtime()?.block_on(migrate_template(&template))?;
+        Ok(Simulator {
+            runtime,
+            clock,
+            dir,
+            template,
+            options,
+        })
+    }
+
+    /// Runs one seed to its end.
+    pub fn run(&self, seed: u64) -> Result<SeedReport, SimError> {
+        let db = self.dir.path().join(format!("seed-{seed}.db"));
+        std::fs::copy(&self.template, &db)?;
+        let runtime = tokio_runtime()?;
+        let report = runtime.block_on(self.run_world(seed, &db));
+        // The killed incarnations' calls hang forever by design; nothing of
+        // the world is left to wait for.
+        runtime.shutdown_background();
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        report
+    }
+
+    async fn run_world(&self, seed: u64, db: &Path) -> Result<SeedReport, SimError> {
+        let mut world = World::build(
+            seed,
+            self.runtime.clone(),
+            self.clock.clone(),
+            db,
+            self.options.echo,
+        )
+        .await?;
+        let mode = world.mode();
+        world.trace.line(format!(
+            "seed {seed}: faults {} per mille, crashes {}",
+            mode.fault_per_mille, mode.crashes
+        ));
+        for _ in 0..self.options.steps {
+            world.step().await?;
+            world.check_step().await?;
+            if !world.violations.is_empty() {
+                break;
+            }
+        }
+        if world.violations.is_empty() {
+            world
+                .converge(self.options.converge_rounds, self.options.converge_ms)
+                .await?;
+            world.check_step().await?;
+            world.check_converged().await?;
+        }
+        Ok(SeedReport {
+            seed,
+            trace_hash: world.trace.hash(),
+            trace_lines: world.trace.len(),
+            payments: world.payments.len(),
+            crashes: world.crashes,
+            violations: world.violations.clone(),
+            tail: world.trace.tail(),
+        })
+    }
+}
+
+impl World {
+    /// Faults stop; the PSP settles, every webhook arrives, the inbox drains
+    /// and recovery runs, jumping to each next due timer, until nothing is
+    /// due or the rounds run out.
+    pub async fn converge(&mut self, rounds: u32, within_ms: i64) -> Result<(), SimError> {
+        let deadline = self.now_ms().saturating_add(within_ms);
+        self.set_mode(NetMode {
+            fault_per_mille: 0,
+            crashes: false,
+        });
+        self.trace.line("converge: faults stop");
+        for _ in 0..rounds {
+            self.settle()?;
+            self.deliver_webhooks(true).await?;
+            self.drain_inbox().await?;
+            self.scan().await?;
+            self.collect_webhooks();
+            if !self.in_flight.is_empty() {
+                continue;
+            }
+            match self.next_due().await? {
+                Some(due) if due <= deadline => {
+                    let now = self.now_ms();
+                    // Due but not taken: leased by a killed instance.
+                    let due = match due > now {
+                        true => due,
+                        false => self.lease_expiry(now).await?.unwrap_or(now),
+                    };
+                    self.clock.advance((due - now).max(0) + 1);
+                }
+                _ => break,
+            }
+        }
+        self.trace.line("converge: done");
+        Ok(())
+    }
+
+    /// When the first scanner lease still held at `now` runs out.
+    async fn lease_expiry(&self, now: i64) -> Result<Option<i64>, SimError> {
+        let (min,): (Option<i64>,) =
+            sqlx::query_as("SELECT MIN(lease_until) FROM scanner_leases WHERE lease_until > $1")
+                .bind(now)
+                .fetch_one(self.gw.store.pool())
+                .await
+                .map_err(|e| SimError::Store(e.to_string()))?;
+        Ok(min)
+    }
+
+    /// The earliest retry time of any pending row or inbox event.
+    async fn next_due(&self) -> Result<Option<i64>, SimError> {
+        let pool = self.gw.store.pool();
+        let mut earliest: Option<i64> = None;
+        for sql in [
+            "SELECT MIN(next_retry_time) FROM payment_attempts WHERE next_retry_time IS NOT NULL",
+            "SELECT MIN(next_retry_time) FROM captures WHERE next_retry_time IS NOT NULL",
+            "SELECT MIN(next_retry_time) FROM refunds WHERE next_retry_time IS NOT NULL",
+            "SELECT MIN(next_attempt_at) FROM webhook_inbox \
+             WHERE status IN ('pending', 'processing', 'failed')",
+        ] {
+            let (min,): (Option<i64>,) = sqlx::query_as(sql)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| SimError::Store(e.to_string()))?;
+            earliest = match (earliest, min) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(earliest)
+    }
+}
+
+/// A current-thread runtime: one seed runs on one thread, in one order.
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, SimError> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Where seed databases live: memory-backed when the machine has it.
+fn tmp_root() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+async fn migrate_template(path: &Path) -> Result<(), SimError> {
+    // One connection: a checkpoint waits for every other reader.
+    let store = Store::connect_with(
+        &format!("sqlite://{}", path.display()),
+        StoreOptions {
+            max_connections: 1,
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    store.migrate().await?;
+    // Fold the WAL into the file so a plain copy carries the whole schema.
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(store.pool())
+        .await
+        .map_err(|e| SimError::Store(e.to_string()))?;
+    store.close().await;
+    Ok(())
+}

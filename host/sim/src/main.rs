@@ -1,0 +1,189 @@
+//! `sluice-sim`: run many seeds, or replay one with its trace.
+//! Normally started through `cargo xtask sim` (which builds the adapters).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use clap::Parser;
+use sluice_sim::{SeedReport, SimOptions, Simulator};
+
+#[derive(Debug, Parser)]
+#[command(about = "Deterministic simulation of the Sluice gateway")]
+struct Args {
+    /// Replay exactly this seed and print its whole trace.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 200)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    start: u64,
+    /// Worker threads (each with its own world).
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Workload steps per seed before convergence.
+    #[arg(long, default_value_t = 60)]
+    steps: u32,
+    /// Run this many of the seeds a second time and compare trace hashes.
+    #[arg(long, default_value_t = 0)]
+    check_determinism: u64,
+    /// Where `stripe.wasm` and `adyen.wasm` are (default: the test adapters).
+    #[arg(long, env = "SLUICE_TEST_ADAPTERS_DIR")]
+    adapters: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let adapters = args
+        .adapters
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/adapters"));
+    let options = SimOptions {
+        steps: args.steps,
+        echo: args.seed.is_some(),
+        ..SimOptions::default()
+    };
+    match args.seed {
+        Some(seed) => replay(&adapters, options, seed),
+        None => sweep(&args, &adapters, options),
+    }
+}
+
+fn replay(adapters: &std::path::Path, options: SimOptions, seed: u64) -> ExitCode {
+    let outcome = Simulator::new(adapters, options).and_then(|sim| sim.run(seed));
+    match outcome {
+        Ok(report) => {
+            println!(
+                "seed {seed}: {} payments, {} crashes, {} trace lines, trace hash {}",
+                report.payments, report.crashes, report.trace_lines, report.trace_hash
+            );
+            if report.passed() {
+                println!("seed {seed}: all invariants hold");
+                ExitCode::SUCCESS
+            } else {
+                for violation in &report.violations {
+                    println!("seed {seed}: VIOLATION {violation}");
+                }
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("seed {seed}: could not run: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCode {
+    let started = Instant::now();
+    let seeds: Vec<u64> = (args.start..args.start.saturating_add(args.seeds)).collect();
+    let first = run_all(adapters, options, &seeds, args.jobs);
+    let again: Vec<u64> = seeds
+        .iter()
+        .copied()
+        .take(usize::try_from(args.check_determinism).unwrap_or(usize::MAX))
+        .collect();
+    let second = run_all(adapters, options, &again, args.jobs);
+    let mut failed = false;
+    for outcome in &first {
+        match outcome {
+            Ok(report) if report.passed() => {}
+            Ok(report) => {
+                failed = true;
+                print_failure(report);
+            }
+            Err((seed, error)) => {
+                failed = true;
+                println!("seed {seed}: could not run: {error}");
+            }
+        }
+    }
+    let mut nondeterministic = 0;
+    for report in second.iter().flatten() {
+        let earlier = first.iter().flatten().find(|r| r.seed == report.seed);
+        if earlier.is_some_and(|e| e.trace_hash != report.trace_hash) {
+            nondeterministic += 1;
+            println!(
+                "seed {}: NOT DETERMINISTIC (trace hashes differ)",
+                report.seed
+            );
+        }
+    }
+    let passed = first.iter().flatten().filter(|r| r.passed()).count();
+    let payments: usize = first.iter().flatten().map(|r| r.payments).sum();
+    let crashes: u32 = first.iter().flatten().map(|r| r.crashes).sum();
+    println!(
+        "sim: {passed}/{} seeds passed ({payments} payments, {crashes} crashes), {} replayed with {nondeterministic} trace differences, in {:.1} s",
+        seeds.len(),
+        again.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed || nondeterministic > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+type Outcome = Result<SeedReport, (u64, String)>;
+
+/// Runs `seeds` on `jobs` threads, each with its own simulator.
+fn run_all(
+    adapters: &std::path::Path,
+    options: SimOptions,
+    seeds: &[u64],
+    jobs: usize,
+) -> Vec<Outcome> {
+    if seeds.is_empty() {
+        return Vec::new();
+    }
+    let next = AtomicU64::new(0);
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                let sim = match Simulator::new(adapters, options) {
+                    Ok(sim) => sim,
+                    Err(error) => {
+                        let mut results = results.lock().unwrap_or_else(|p| p.into_inner());
+                        results.push(Err((0, error.to_string())));
+                        return;
+                    }
+                };
+                loop {
+                    let index = next.fetch_add(1, Ordering::SeqCst) as usize;
+                    let Some(&seed) = seeds.get(index) else {
+                        return;
+                    };
+                    let outcome = sim.run(seed).map_err(|e| (seed, e.to_string()));
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(outcome);
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|r| match r {
+        Ok(report) => report.seed,
+        Err((seed, _)) => *seed,
+    });
+    results
+}
+
+fn print_failure(report: &SeedReport) {
+    println!("seed {}: FAILED", report.seed);
+    for violation in &report.violations {
+        println!("  VIOLATION {violation}");
+    }
+    println!("  last trace lines:");
+    for line in report.tail.iter().rev().take(40).rev() {
+        println!("    {line}");
+    }
+    println!("  replay: cargo xtask sim --seed {}", report.seed);
+}

@@ -1,0 +1,411 @@
+//! One simulated world: the database, the in-process PSP, three merchants
+//! (two honest, one hostile) and the gateway incarnation that is currently
+//! alive. A crash drops the incarnation (its memory, its in-flight calls) and
+//! starts a new one from the database alone.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_adapter_runtime::AdapterRuntime;
+use sluice_orchestrator::{ConnectorRecovery, InboxConfig, Orchestrator, OrchestratorConfig};
+use sluice_sandbox_psp::{
+    CapturedWebhook, Format, RefundBehaviour, SandboxClock, SandboxConfig, SandboxHandle,
+    WebhookTarget,
+};
+use sluice_scanner::{Scanner, ScannerConfig};
+use sluice_store::{
+    Clock, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError, StoreOptions,
+};
+
+use crate::net::{Crash, NetMode, SimNet};
+use crate::rng::SimRng;
+use crate::trace::Trace;
+use crate::SimError;
+
+/// Which wire format a connector account speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Psp {
+    Stripe,
+    Adyen,
+}
+
+impl Psp {
+    pub fn adapter(self) -> &'static str {
+        match self {
+            Psp::Stripe => "stripe",
+            Psp::Adyen => "adyen",
+        }
+    }
+}
+
+/// One connector account of a merchant, with the secrets the PSP signs with.
+#[derive(Debug, Clone)]
+pub struct Account {
+    pub psp: Psp,
+    pub id: String,
+    pub api_key: String,
+    pub webhook_secret: String,
+    /// Adyen: the merchant account code.
+    pub merchant_account: String,
+}
+
+/// A merchant of the world.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub name: &'static str,
+    pub merchant_id: String,
+    pub accounts: Vec<Account>,
+}
+
+/// A payment the workload created, by its world-local name.
+#[derive(Debug, Clone)]
+pub struct SimPayment {
+    pub name: String,
+    pub tenant: usize,
+    pub payment_id: String,
+    /// Idempotency keys already used for captures and refunds (a client
+    /// retry re-sends one of them).
+    pub keys: Vec<(KeyedOp, String, i64)>,
+}
+
+/// A keyed merchant request that a client may retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyedOp {
+    Capture,
+    Refund,
+}
+
+/// The gateway process that is alive now.
+pub struct Incarnation {
+    pub store: Store,
+    pub orch: Orchestrator,
+    pub scanner: Scanner,
+    pub crash: Crash,
+}
+
+/// 2026-01-01T00:00:00Z: virtual time starts here for every seed.
+pub const START_MS: i64 = 1_767_225_600_000;
+
+/// The honest tenants; the last tenant of the world is the hostile one.
+pub const HONEST: usize = 2;
+
+pub struct World {
+    pub seed: u64,
+    pub rng: SimRng,
+    pub trace: Trace,
+    pub clock: ManualClock,
+    pub sandbox: SandboxHandle,
+    pub tenants: Vec<Tenant>,
+    pub payments: Vec<SimPayment>,
+    /// Webhooks the PSP sent that no gateway acknowledged yet (the PSP
+    /// retries them until one does).
+    pub in_flight: Vec<CapturedWebhook>,
+    pub mode: Arc<Mutex<NetMode>>,
+    pub gw: Incarnation,
+    pub crashes: u32,
+    pub violations: Vec<String>,
+    pub observed: crate::check::Observed,
+    db_url: String,
+    runtime: AdapterRuntime,
+    entropy_seed: u64,
+}
+
+impl World {
+    /// Builds the world of `seed` on a fresh copy of the migrated database.
+    pub async fn build(
+        seed: u64,
+        runtime: AdapterRuntime,
+        clock: ManualClock,
+        db_path: &Path,
+        echo: bool,
+    ) -> Result<World, SimError> {
+        clock.set(START_MS);
+        let rng = SimRng::new(seed);
+        let trace = Trace::new(clock.clone(), echo);
+        let sandbox = sandbox(seed, &clock, &rng)?;
+        let db_url = format!("sqlite://{}", db_path.display());
+        let mode = Arc::new(Mutex::new(NetMode {
+            fault_per_mille: 150 + rng.below(250),
+            crashes: rng.chance(700),
+        }));
+        let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
+        let gw = incarnation(
+            &db_url,
+            &runtime,
+            &clock,
+            &sandbox,
+            &rng,
+            &trace,
+            &mode,
+            entropy_seed,
+        )
+        .await?;
+        let mut world = World {
+            seed,
+            rng,
+            trace,
+            clock,
+            sandbox,
+            tenants: Vec::new(),
+            payments: Vec::new(),
+            in_flight: Vec::new(),
+            mode,
+            gw,
+            crashes: 0,
+            violations: Vec::new(),
+            observed: crate::check::Observed::default(),
+            db_url,
+            runtime,
+            entropy_seed,
+        };
+        world.add_tenants().await?;
+        Ok(world)
+    }
+
+    /// The process died: drop it and start a new one from the database.
+    pub async fn restart(&mut self) -> Result<(), SimError> {
+        self.crashes += 1;
+        self.trace
+            .line("crash: gateway killed; restarting from the database");
+        // Each incarnation draws its own jitter stream.
+        self.entropy_seed = self.entropy_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.gw = incarnation(
+            &self.db_url,
+            &self.runtime,
+            &self.clock,
+            &self.sandbox,
+            &self.rng,
+            &self.trace,
+            &self.mode,
+            self.entropy_seed,
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub fn set_mode(&self, mode: NetMode) {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+    }
+
+    pub fn mode(&self) -> NetMode {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    async fn add_tenants(&mut self) -> Result<(), SimError> {
+        for (index, name) in ["A", "B", "M"].into_iter().enumerate() {
+            let merchant = self.gw.store.create_merchant(name).await?;
+            let mut accounts = Vec::new();
+            for psp in [Psp::Stripe, Psp::Adyen] {
+                let account = self.add_account(&merchant.id, name, index, psp).await?;
+                accounts.push(account);
+            }
+            self.tenants.push(Tenant {
+                name,
+                merchant_id: merchant.id,
+                accounts,
+            });
+        }
+        Ok(())
+    }
+
+    async fn add_account(
+        &self,
+        merchant_id: &str,
+        name: &str,
+        index: usize,
+        psp: Psp,
+    ) -> Result<Account, SimError> {
+        let (api_key, webhook_secret, base_url) = match psp {
+            Psp::Stripe => (
+                stripe_key(index),
+                format!("whsec_sim_tenant_{name}_{:016x}", self.seed),
+                self.sandbox.base_url_stripe(),
+            ),
+            Psp::Adyen => (
+                adyen_key(index),
+                adyen_hmac_key(self.seed, index),
+                self.sandbox.base_url_adyen(),
+            ),
+        };
+        let merchant_account = format!("Sim{name}ECOM");
+        let mut config = serde_json::json!({ "base_url": base_url });
+        if psp == Psp::Adyen {
+            config["merchant_account"] = serde_json::json!(merchant_account);
+        }
+        let created = self
+            .gw
+            .store
+            .create_connector_account(&NewConnectorAccount {
+                merchant_id: merchant_id.to_owned(),
+                adapter: psp.adapter().to_owned(),
+                label: format!("{name}-{}", psp.adapter()),
+                config,
+                secrets: serde_json::json!({
+                    "api_key": api_key,
+                    "webhook_secret": webhook_secret,
+                }),
+            })
+            .await?;
+        // Only the honest tenants' payments produce genuine webhooks; the
+        // hostile tenant's route receives only what it forges itself.
+        self.sandbox.set_webhook_target(
+            created.id.clone(),
+            WebhookTarget {
+                url: format!("/webhooks/{}/{}", psp.adapter(), created.id),
+                secret: webhook_secret.clone(),
+                format: match psp {
+                    Psp::Stripe => Format::Stripe,
+                    Psp::Adyen => Format::Adyen,
+                },
+                api_key: Some(api_key.clone()),
+            },
+        );
+        Ok(Account {
+            psp,
+            id: created.id,
+            api_key,
+            webhook_secret,
+            merchant_account,
+        })
+    }
+
+    pub fn account(&self, id: &str) -> Option<&Account> {
+        self.tenants
+            .iter()
+            .flat_map(|t| &t.accounts)
+            .find(|a| a.id == id)
+    }
+
+    /// The world-local name of an account, for the trace.
+    pub fn account_label(&self, id: &str) -> String {
+        for tenant in &self.tenants {
+            for account in &tenant.accounts {
+                if account.id == id {
+                    return format!("{}-{}", tenant.name, account.psp.adapter());
+                }
+            }
+        }
+        "?".into()
+    }
+}
+
+fn stripe_key(tenant: usize) -> String {
+    format!("sk_test_sim_tenant_{tenant}")
+}
+
+fn adyen_key(tenant: usize) -> String {
+    format!("adyen_sim_tenant_{tenant}")
+}
+
+/// A 32-byte HMAC key in hex, distinct per seed and tenant.
+fn adyen_hmac_key(seed: u64, tenant: usize) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("sim-adyen-hmac-{seed}-{tenant}").as_bytes());
+    hex::encode_upper(digest)
+}
+
+fn sandbox(seed: u64, clock: &ManualClock, rng: &SimRng) -> Result<SandboxHandle, SimError> {
+    let tick = clock.clone();
+    let refund_behaviour = match rng.below(3) {
+        0 => RefundBehaviour::Succeed,
+        1 => RefundBehaviour::PendingThenSucceed,
+        _ => RefundBehaviour::PendingThenFail,
+    };
+    let config = SandboxConfig {
+        stripe_api_keys: (0..=HONEST).map(stripe_key).collect(),
+        adyen_api_keys: (0..=HONEST).map(adyen_key).collect(),
+        late_webhook_delay: None,
+        seed: Some(seed),
+        refund_behaviour,
+        clock: SandboxClock::new(move || tick.now_ms()),
+        capture_webhooks: true,
+        ..SandboxConfig::default()
+    };
+    Ok(sluice_sandbox_psp::in_process(config)?)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn incarnation(
+    db_url: &str,
+    runtime: &AdapterRuntime,
+    clock: &ManualClock,
+    sandbox: &SandboxHandle,
+    rng: &SimRng,
+    trace: &Trace,
+    mode: &Arc<Mutex<NetMode>>,
+    entropy_seed: u64,
+) -> Result<Incarnation, SimError> {
+    let store = Store::connect_with(
+        db_url,
+        StoreOptions {
+            max_connections: 4,
+            clock: Arc::new(clock.clone()),
+            entropy: Arc::new(SeededEntropy::new(entropy_seed)),
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    let crash = Crash::new();
+    let router = sandbox
+        .router()
+        .ok_or_else(|| SimError::Setup("the sandbox is not in process".into()))?;
+    let net = SimNet::new(
+        router,
+        rng.clone(),
+        clock.clone(),
+        trace.clone(),
+        crash.clone(),
+        mode.clone(),
+    );
+    let orch = Orchestrator::new(
+        store.clone(),
+        runtime.clone(),
+        Arc::new(net),
+        Arc::new(clock.clone()),
+        orchestrator_config(),
+    );
+    let scanner = Scanner::new(orch.clone(), ScannerConfig::default())
+        .map_err(|e| SimError::Setup(e.to_string()))?;
+    Ok(Incarnation {
+        store,
+        orch,
+        scanner,
+        crash,
+    })
+}
+
+fn orchestrator_config() -> OrchestratorConfig {
+    let mut adapter_recovery = BTreeMap::new();
+    // Stripe keeps idempotency keys for 24 h; re-send inside 23 h.
+    adapter_recovery.insert(
+        "stripe".to_owned(),
+        ConnectorRecovery {
+            resend_window: Some(Duration::from_secs(23 * 3600)),
+            authorization_validity: None,
+        },
+    );
+    OrchestratorConfig {
+        // Wall-clock budgets must never expire in a simulation: every call
+        // answers at once in real time, and a wait that ran out would let a
+        // background task race the next step.
+        sync_wait: Duration::from_secs(600),
+        inbox: InboxConfig {
+            max_tries: 5,
+            ..InboxConfig::default()
+        },
+        adapter_recovery,
+        ..OrchestratorConfig::default()
+    }
+}
+
+impl From<StoreError> for SimError {
+    fn from(error: StoreError) -> Self {
+        SimError::Store(error.to_string())
+    }
+}
