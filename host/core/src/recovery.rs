@@ -12,6 +12,7 @@
 //! | refund / capture CREATED or PROCESSING, past its timeout | `QueryPsp` with the original refund / capture reference |
 //! | any UNKNOWN, due by its backoff               | `QueryWithBackoff` (exponential, jittered, capped)         |
 //! | any UNKNOWN older than `max_unknown_age_ms`   | `EscalateToManualReview` (querying goes on, slowly)        |
+//! | anything else still open (not AUTHORIZED) older than `max_unknown_age_ms` | `EscalateToManualReview` once, then the same queries and expiry |
 //! | attempt REQUIRES_ACTION past its expiry       | `ExpireRequiresAction`: close the attempt, order EXPIRED   |
 //! | attempt AUTHORIZED, within its validity       | `NotYet` until the authorization expires (the merchant captures or voids meanwhile) |
 //! | attempt AUTHORIZED, past its validity         | `ExpireAuthorization`: query, then void what the PSP still holds |
@@ -340,14 +341,18 @@ pub fn decide_recovery(
     if item.state.is_unknown() {
         return unknown(item, now_ms, jitter, policy);
     }
-    // A capture or refund still open past the same age goes to an operator
-    // too, whatever its state: one recorded as sent by a process that died
-    // before sending stays PROCESSING (a query shows nothing captured or
-    // refunded, which proves nothing either way) with its amount reserved.
-    // Queries go on; the flag is raised once.
+    // Anything else still open past the same age goes to an operator too
+    // (AUTHORIZED has its own watch): a capture or refund recorded as sent by
+    // a process that died before sending stays PROCESSING (a query shows
+    // nothing captured or refunded, which proves nothing either way) with its
+    // amount reserved; an attempt whose PSP only reports by webhook, when
+    // that webhook never came, is answered by every query with the original
+    // reply (the simulator found both). Queries go on; the flag is raised once.
     if matches!(
         item.state,
-        PendingState::Capture(_) | PendingState::Refund(_)
+        PendingState::Capture(_)
+            | PendingState::Refund(_)
+            | PendingState::Attempt(A::Created | A::Submitted | A::Processing | A::RequiresAction)
     ) {
         let age_ms = now_ms.saturating_sub(item.created_at_ms);
         if !item.in_manual_review && age_ms >= policy.max_unknown_age_ms {

@@ -252,7 +252,7 @@ impl World {
             if d.order.manual_review {
                 continue;
             }
-            found.extend(open_aggregates(&payment.name, &d));
+            found.extend(open_aggregates(&payment.name, &d, &psp));
             found.extend(ledger_disagreements(&payment.name, &d, &psp, &psp_refunds));
         }
         found.extend(self.inbox_left_open().await?);
@@ -316,11 +316,18 @@ fn amount_violations(name: &str, d: &PaymentDetails) -> Vec<String> {
     found
 }
 
-fn open_aggregates(name: &str, d: &PaymentDetails) -> Vec<String> {
+fn open_aggregates(
+    name: &str,
+    d: &PaymentDetails,
+    psp: &BTreeMap<String, sluice_sandbox_psp::Payment>,
+) -> Vec<String> {
     let mut found = Vec::new();
     for a in d.attempts.iter().filter(|a| !a.state.is_terminal()) {
+        let at_psp = psp.get(&a.reference).map_or("nothing".to_owned(), |p| {
+            format!("{:?} received {}", p.status, p.amount_received)
+        });
         found.push(format!(
-            "{name}: attempt {} still {} after convergence",
+            "{name}: attempt {} still {} after convergence (the PSP has {at_psp})",
             a.attempt_no,
             a.state.as_str()
         ));

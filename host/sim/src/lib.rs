@@ -44,7 +44,7 @@ pub enum SimError {
 }
 
 /// How big one seed's world is.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SimOptions {
     /// Workload steps with faults, before convergence.
     pub steps: u32,
@@ -56,6 +56,8 @@ pub struct SimOptions {
     pub converge_ms: i64,
     /// Print every trace line as it happens.
     pub echo: bool,
+    /// Keep the seed's database (replaying one seed), at `keep_db`.
+    pub keep_db: Option<PathBuf>,
 }
 
 impl Default for SimOptions {
@@ -65,6 +67,7 @@ impl Default for SimOptions {
             converge_rounds: 5_000,
             converge_ms: 10 * 86_400_000,
             echo: false,
+            keep_db: None,
         }
     }
 }
@@ -141,6 +144,9 @@ impl Simulator {
         // The killed incarnations' calls hang forever by design; nothing of
         // the world is left to wait for.
         runtime.shutdown_background();
+        if let Some(keep) = &self.options.keep_db {
+            std::fs::copy(&db, keep)?;
+        }
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }

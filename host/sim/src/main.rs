@@ -31,6 +31,9 @@ struct Args {
     /// Run this many of the seeds a second time and compare trace hashes.
     #[arg(long, default_value_t = 0)]
     check_determinism: u64,
+    /// Replaying one seed: keep its database here (SQLite) to inspect.
+    #[arg(long)]
+    keep_db: Option<PathBuf>,
     /// Where `stripe.wasm` and `adyen.wasm` are (default: the test adapters).
     #[arg(long, env = "SLUICE_TEST_ADAPTERS_DIR")]
     adapters: Option<PathBuf>,
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
     let options = SimOptions {
         steps: args.steps,
         echo: args.seed.is_some(),
+        keep_db: args.keep_db.clone(),
         ..SimOptions::default()
     };
     match args.seed {
@@ -81,7 +85,7 @@ fn replay(adapters: &std::path::Path, options: SimOptions, seed: u64) -> ExitCod
 fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCode {
     let started = Instant::now();
     let seeds: Vec<u64> = (args.start..args.start.saturating_add(args.seeds)).collect();
-    let first = run_all(adapters, options, &seeds, args.jobs);
+    let first = run_all(adapters, options.clone(), &seeds, args.jobs);
     let again: Vec<u64> = seeds
         .iter()
         .copied()
@@ -146,7 +150,7 @@ fn run_all(
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
-                let sim = match Simulator::new(adapters, options) {
+                let sim = match Simulator::new(adapters, options.clone()) {
                     Ok(sim) => sim,
                     Err(error) => {
                         let mut results = results.lock().unwrap_or_else(|p| p.into_inner());

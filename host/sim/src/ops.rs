@@ -17,6 +17,7 @@ use crate::SimError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Create,
+    Confirm,
     Capture,
     Void,
     Refund,
@@ -34,6 +35,7 @@ pub enum Step {
 /// How often each step is drawn (weights).
 const STEPS: &[(u64, Step)] = &[
     (14, Step::Create),
+    (4, Step::Confirm),
     (6, Step::Capture),
     (3, Step::Void),
     (9, Step::Refund),
@@ -64,6 +66,7 @@ impl World {
         let step = self.rng.weighted(STEPS).unwrap_or(Step::Advance);
         match step {
             Step::Create => self.create().await,
+            Step::Confirm => self.confirm().await,
             Step::Capture => self.capture().await,
             Step::Void => self.void().await,
             Step::Refund => self.refund().await,
@@ -140,6 +143,48 @@ impl World {
                 if manual { "manual" } else { "auto" }
             ));
         }
+        Ok(())
+    }
+
+    /// The merchant confirms a payment again (after a decline, or a client
+    /// that never saw the first answer), maybe with new card details and
+    /// on another of its accounts.
+    async fn confirm(&mut self) -> Result<(), SimError> {
+        let Some((payment, merchant)) = self.pick_payment() else {
+            return Ok(());
+        };
+        let accounts = self.tenants[payment.tenant].accounts.clone();
+        let Some(account) = self.rng.pick(&accounts).cloned() else {
+            return Ok(());
+        };
+        let token = self.rng.weighted(TOKENS).unwrap_or("pm_card_visa");
+        let options = ConfirmOptions {
+            connector_account_id: Some(account.id.clone()),
+            payment_method_token: Some(token.to_owned()),
+            ..ConfirmOptions::default()
+        };
+        let orch = self.gw.orch.clone();
+        let id = payment.payment_id.clone();
+        let line = self
+            .guarded(async {
+                orch.confirm(&merchant, &id, &options).await.map(|v| {
+                    let attempt = v
+                        .details
+                        .attempts
+                        .last()
+                        .map(|a| a.state.as_str())
+                        .unwrap_or("-");
+                    format!("{} {attempt}", v.details.order.state.as_str())
+                })
+            })
+            .await?
+            .map(outcome_label);
+        self.trace.line(format!(
+            "step confirm {} {} {token} -> {}",
+            payment.name,
+            self.account_label(&account.id),
+            line.unwrap_or_else(|| "killed".into())
+        ));
         Ok(())
     }
 
