@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
         Some("sim") => sim(&rest),
+        Some("sim-mutants") => sim_mutants(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -59,6 +60,9 @@ commands:
   sim [args...]      build the adapters, then run the deterministic simulator:
                      many seeds (--seeds N --start S --jobs J --check-determinism K),
                      or one with its whole trace (--seed S)
+  sim-mutants [N]     apply each deliberately wrong patch of host/sim/mutants/ in a scratch
+                     worktree and show whether the simulator catches it within N seeds
+                     (default 200), and at which seed
   build-adapters     build every crate under adapters/ into <target>/adapters/<name>.wasm
 
 environment:
@@ -423,6 +427,84 @@ fn sim(extra: &[OsString]) -> Result<()> {
         .arg(&adapters_dir)
         .args(extra);
     run(&mut cmd)
+}
+
+/// Each wrong patch in `host/sim/mutants/`, applied to a scratch worktree of
+/// HEAD, must make the simulator fail; prints the table for docs/simulation.md.
+fn sim_mutants(extra: &[OsString]) -> Result<()> {
+    let seeds = extra
+        .first()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "200".into());
+    let adapters_dir = build_adapters()?;
+    let root = workspace_root();
+    let scratch = target_dir().join("mutants");
+    let mut patches: Vec<PathBuf> = fs::read_dir(root.join("host/sim/mutants"))
+        .map_err(|e| format!("host/sim/mutants: {e}"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "patch"))
+        .collect();
+    patches.sort();
+    let mut rows = Vec::new();
+    for patch in &patches {
+        let name = patch
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tree = scratch.join(&name);
+        let _ = fs::remove_dir_all(&tree);
+        let _ = Command::new("git")
+            .current_dir(&root)
+            .args(["worktree", "prune"])
+            .status();
+        run(Command::new("git")
+            .current_dir(&root)
+            .args(["worktree", "add", "--detach"])
+            .arg(&tree)
+            .arg("HEAD"))?;
+        run(Command::new("git")
+            .current_dir(&tree)
+            .arg("apply")
+            .arg(patch))?;
+        let output = cargo()
+            .current_dir(&tree)
+            .env("CARGO_TARGET_DIR", scratch.join("target"))
+            .args(["run", "-q", "-p", "sluice-sim", "--bin", "sluice-sim", "--"])
+            .arg("--adapters")
+            .arg(&adapters_dir)
+            .args(["--seeds", &seeds, "--jobs", "2"])
+            .output()
+            .map_err(|e| format!("cannot run the simulator on {name}: {e}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let first = stdout.lines().find_map(|line| {
+            line.strip_suffix(": FAILED")?
+                .strip_prefix("seed ")
+                .map(str::to_owned)
+        });
+        let failed = stdout
+            .lines()
+            .filter(|line| line.ends_with(": FAILED"))
+            .count();
+        let verdict = match (&first, output.status.success()) {
+            (Some(seed), _) => {
+                format!("caught: {failed} of {seeds} seeds fail, first at seed {seed}")
+            }
+            (None, false) => "the simulator did not run (see its output)".to_owned(),
+            (None, true) => format!("NOT caught in {seeds} seeds"),
+        };
+        println!("{name}: {verdict}");
+        rows.push((name, verdict));
+        let _ = Command::new("git")
+            .current_dir(&root)
+            .args(["worktree", "remove", "--force"])
+            .arg(&tree)
+            .status();
+    }
+    println!("\n| wrong patch | what the simulator did |\n| --- | --- |");
+    for (name, verdict) in &rows {
+        println!("| `{name}` | {verdict} |");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ impl World {
         }
         found.extend(self.psp_violations());
         found.extend(self.beyond_requests().await?);
+        found.extend(self.inbox_duplicates().await?);
         for what in found {
             self.violation(what);
         }
@@ -260,6 +261,26 @@ impl World {
             self.violation(what);
         }
         Ok(())
+    }
+
+    /// A webhook delivered twice is recorded once: no body has more inbox
+    /// rows than it carries events.
+    async fn inbox_duplicates(&self) -> Result<Vec<String>, SimError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT payload_digest, COUNT(*) FROM webhook_inbox \
+             WHERE verification = 'verified' GROUP BY connector_account_id, payload_digest",
+        )
+        .fetch_all(self.gw.store.pool())
+        .await
+        .map_err(|e| SimError::Store(e.to_string()))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(digest, n)| {
+                let events = *self.bodies.get(&digest)?;
+                (usize::try_from(n).unwrap_or(usize::MAX) > events)
+                    .then(|| format!("a webhook body carrying {events} events has {n} inbox rows"))
+            })
+            .collect())
     }
 
     /// Accepted webhook events still waiting after convergence.

@@ -86,6 +86,8 @@ impl World {
         let kinds: Vec<&str> = webhook.events.iter().map(|e| e.kind.as_str()).collect();
         let label = format!("webhook {} {:?}", self.account_label(&account.id), kinds);
         let request = self.resigned(webhook, &account);
+        self.bodies
+            .insert(body_digest(&request.body), webhook.events.len());
         let Some(outcome) = self.ingest(&account, request).await? else {
             self.trace.line(format!("{label} -> killed"));
             return Ok(None);
@@ -209,6 +211,7 @@ impl World {
             headers,
             body: body.into_bytes(),
         };
+        self.bodies.insert(body_digest(&request.body), 1);
         let outcome = self.ingest(&account, request).await?;
         let line = outcome.as_ref().map(outcome_line).unwrap_or_default();
         self.trace
@@ -343,6 +346,12 @@ impl World {
         let body = json!({ "live": "false", "notificationItems": [ { "NotificationRequestItem": item } ] });
         (code, body.to_string())
     }
+}
+
+/// The inbox's `payload_digest` of a body.
+fn body_digest(body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(body))
 }
 
 fn outcome_line(outcome: &WebhookOutcome) -> String {

@@ -107,6 +107,9 @@ pub struct World {
     pub crashes: u32,
     pub violations: Vec<String>,
     pub observed: crate::check::Observed,
+    /// How many events each webhook body delivered so far carries, by the
+    /// sha256 of the body: the inbox must hold no more rows for it.
+    pub bodies: BTreeMap<String, usize>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -156,6 +159,7 @@ impl World {
             crashes: 0,
             violations: Vec::new(),
             observed: crate::check::Observed::default(),
+            bodies: BTreeMap::new(),
             db_url,
             runtime,
             entropy_seed,
