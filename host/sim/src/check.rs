@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use sluice_sandbox_psp::{PayStatus, RefundStatus};
 use sluice_store::PaymentDetails;
 
-use crate::world::{KeyedOp, World};
+use crate::world::{KeyedOp, SimPayment, World};
 use crate::SimError;
 
 /// Every honest payment's aggregates: (aggregate, state, version) and the
@@ -78,6 +78,7 @@ impl World {
     /// The invariants that hold after every step, faults or not.
     pub async fn check_step(&mut self) -> Result<(), SimError> {
         let mut found = Vec::new();
+        let mut all = Vec::with_capacity(self.payments.len());
         for payment in self.payments.clone() {
             let d = self
                 .gw
@@ -90,9 +91,10 @@ impl World {
             if open > 1 {
                 found.push(format!("{}: {open} attempts open at once", payment.name));
             }
+            all.push((payment, d));
         }
         found.extend(self.psp_violations());
-        found.extend(self.beyond_requests().await?);
+        found.extend(self.beyond_requests(&all));
         found.extend(self.inbox_duplicates().await?);
         for what in found {
             self.violation(what);
@@ -143,7 +145,7 @@ impl World {
     /// refunds within the sum of its distinct refund requests (one per
     /// Idempotency-Key, however often retried), captures of a manual-capture
     /// payment within the sum of its distinct capture requests.
-    async fn beyond_requests(&self) -> Result<Vec<String>, SimError> {
+    fn beyond_requests(&self, all: &[(SimPayment, PaymentDetails)]) -> Vec<String> {
         let psp: BTreeMap<String, sluice_sandbox_psp::Payment> = self
             .sandbox
             .payments()
@@ -151,12 +153,7 @@ impl World {
             .map(|p| (p.reference.clone(), p))
             .collect();
         let mut found = Vec::new();
-        for payment in &self.payments {
-            let d = self
-                .gw
-                .store
-                .payment_details(None, &payment.payment_id)
-                .await?;
+        for (payment, d) in all {
             let asked = |op: KeyedOp| -> i64 {
                 let mut keys = BTreeMap::new();
                 for (kind, key, amount) in &payment.keys {
@@ -192,7 +189,7 @@ impl World {
                 ));
             }
         }
-        Ok(found)
+        found
     }
 
     /// One charge per attempt reference and one refund per refund reference

@@ -213,6 +213,10 @@ impl World {
             if !self.in_flight.is_empty() {
                 continue;
             }
+            // Only queries of flagged payments are left: an operator's turn.
+            if self.open_outside_review().await? == 0 {
+                break;
+            }
             match self.next_due().await? {
                 Some(due) if due <= deadline => {
                     let now = self.now_ms();
@@ -228,6 +232,24 @@ impl World {
         }
         self.trace.line("converge: done");
         Ok(())
+    }
+
+    /// Pending rows (anything with a next look) of payments no operator
+    /// has been asked about.
+    async fn open_outside_review(&self) -> Result<i64, SimError> {
+        let mut open = 0;
+        for table in ["payment_attempts", "captures", "refunds"] {
+            let sql = format!(
+                "SELECT COUNT(*) FROM {table} t JOIN payment_orders o ON o.id = t.payment_id \
+                 WHERE t.next_retry_time IS NOT NULL AND o.manual_review = 0"
+            );
+            let (n,): (i64,) = sqlx::query_as(&sql)
+                .fetch_one(self.gw.store.pool())
+                .await
+                .map_err(|e| SimError::Store(e.to_string()))?;
+            open += n;
+        }
+        Ok(open)
     }
 
     /// When the first scanner lease still held at `now` runs out.
