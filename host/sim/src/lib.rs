@@ -145,7 +145,12 @@ impl Simulator {
         // the world is left to wait for.
         runtime.shutdown_background();
         if let Some(keep) = &self.options.keep_db {
+            // The WAL holds the latest pages: keep it beside the file.
             std::fs::copy(&db, keep)?;
+            let wal = PathBuf::from(format!("{}-wal", db.display()));
+            if wal.exists() {
+                std::fs::copy(&wal, format!("{}-wal", keep.display()))?;
+            }
         }
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
@@ -235,7 +240,7 @@ impl World {
     }
 
     /// Pending rows (anything with a next look) of payments no operator
-    /// has been asked about.
+    /// has been asked about, and inbox events not yet applied.
     async fn open_outside_review(&self) -> Result<i64, SimError> {
         let mut open = 0;
         for table in ["payment_attempts", "captures", "refunds"] {
@@ -249,7 +254,13 @@ impl World {
                 .map_err(|e| SimError::Store(e.to_string()))?;
             open += n;
         }
-        Ok(open)
+        let (inbox,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM webhook_inbox WHERE status IN ('pending', 'processing', 'failed')",
+        )
+        .fetch_one(self.gw.store.pool())
+        .await
+        .map_err(|e| SimError::Store(e.to_string()))?;
+        Ok(open + inbox)
     }
 
     /// When the first scanner lease still held at `now` runs out.

@@ -129,9 +129,14 @@ impl World {
         let trace = Trace::new(clock.clone(), echo);
         let sandbox = sandbox(seed, &clock, &rng)?;
         let db_url = format!("sqlite://{}", db_path.display());
-        let mode = Arc::new(Mutex::new(NetMode {
+        let drawn = NetMode {
             fault_per_mille: 150 + rng.below(250),
             crashes: rng.chance(700),
+        };
+        // Setting up the merchants is not part of the experiment.
+        let mode = Arc::new(Mutex::new(NetMode {
+            fault_per_mille: 0,
+            crashes: false,
         }));
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
         let gw = incarnation(
@@ -165,6 +170,7 @@ impl World {
             entropy_seed,
         };
         world.add_tenants().await?;
+        world.set_mode(drawn);
         Ok(world)
     }
 
@@ -345,6 +351,7 @@ async fn incarnation(
     mode: &Arc<Mutex<NetMode>>,
     entropy_seed: u64,
 ) -> Result<Incarnation, SimError> {
+    let crash = Crash::new();
     let store = Store::connect_with(
         db_url,
         StoreOptions {
@@ -355,7 +362,6 @@ async fn incarnation(
         },
     )
     .await?;
-    let crash = Crash::new();
     let router = sandbox
         .router()
         .ok_or_else(|| SimError::Setup("the sandbox is not in process".into()))?;
