@@ -110,6 +110,8 @@ pub struct World {
     /// How many events each webhook body delivered so far carries, by the
     /// sha256 of the body: the inbox must hold no more rows for it.
     pub bodies: BTreeMap<String, usize>,
+    /// The last details read of each payment, with the version they had.
+    pub details_cache: BTreeMap<String, (i64, sluice_store::PaymentDetails)>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -165,6 +167,7 @@ impl World {
             violations: Vec::new(),
             observed: crate::check::Observed::default(),
             bodies: BTreeMap::new(),
+            details_cache: BTreeMap::new(),
             db_url,
             runtime,
             entropy_seed,
