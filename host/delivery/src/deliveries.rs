@@ -8,7 +8,7 @@ use sluice_store::Store;
 use sqlx::any::AnyRow;
 
 /// Where an event goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Sink {
     /// A merchant webhook endpoint (target = endpoint id).
@@ -35,7 +35,7 @@ impl Sink {
 }
 
 /// A delivery as operators see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delivery {
     pub id: String,
     pub event_id: String,

@@ -7,15 +7,40 @@ use serde::{Deserialize, Serialize};
 use sluice_store::Store;
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use std::sync::LazyLock;
+use utoipa::ToSchema;
 
 /// Longest URL an endpoint may have.
-const MAX_URL_LEN: usize = 2048;
+pub const MAX_URL_LEN: usize = 2048;
 /// Most event type patterns on one endpoint.
-const MAX_EVENT_TYPES: usize = 64;
+pub const MAX_EVENT_TYPES: usize = 64;
+/// Longest description of an endpoint.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+
+/// What an endpoint URL looks like: `http(s)://`, a host name (letter-first
+/// labels of letters, digits and single hyphens) or a dotted IPv4 address,
+/// an optional port (1 to 65535) and an optional path of visible ASCII. No
+/// user info, no IPv6 literal. The OpenAPI document states the same pattern.
+pub const URL_PATTERN: &str = concat!(
+    r"^https?://",
+    r"([a-z][a-z0-9]*(-[a-z0-9]+)*(\.[a-z][a-z0-9]*(-[a-z0-9]+)*)*",
+    r"|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})",
+    r"(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?",
+    r"(/[\x21-\x7e]*)?$",
+);
+/// An event type pattern: `*`, `<prefix>.*` or an exact type.
+pub const EVENT_TYPE_PATTERN: &str = r"^(\*|[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?)$";
+/// A description: no control character.
+pub const DESCRIPTION_PATTERN: &str = r"^[^\x00-\x1f\x7f-\x9f]*$";
+
+static URL_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    // Invariant: URL_PATTERN is a constant that compiles (a unit test builds it).
+    regex::Regex::new(URL_PATTERN).expect("URL_PATTERN compiles")
+});
 
 /// An endpoint as operators and merchants see it. The secret is shown only
 /// once, when the endpoint is created ([`CreatedEndpoint`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct WebhookEndpoint {
     pub id: String,
     pub merchant_id: String,
@@ -29,7 +54,7 @@ pub struct WebhookEndpoint {
 }
 
 /// A freshly created endpoint and its signing secret.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreatedEndpoint {
     #[serde(flatten)]
     pub endpoint: WebhookEndpoint,
@@ -48,16 +73,71 @@ impl std::fmt::Debug for CreatedEndpoint {
 }
 
 /// What an operator asks for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NewWebhookEndpoint {
+    /// Where events are POSTed: `https://` (plain `http://` only on a gateway
+    /// that listens on a loopback address: demo and tests), a host name or
+    /// IPv4 address, an optional port and path; no credentials.
+    #[schema(schema_with = url_schema)]
     pub url: String,
+    /// Free text without control characters.
     #[serde(default)]
+    #[schema(schema_with = description_schema)]
     pub description: String,
-    /// Defaults to every event (`["*"]`).
+    /// Patterns: `"*"`, `"payment.*"` or an exact type such as
+    /// `"refund.succeeded"`; 1 to 64 of them. Defaults to every event (`["*"]`).
     #[serde(default = "all_events")]
+    #[schema(schema_with = event_types_schema)]
     pub event_types: Vec<String>,
     #[serde(default = "enabled_by_default")]
     pub enabled: bool,
+}
+
+fn text_schema(max: usize, pattern: &str, description: &str) -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .max_length(Some(max))
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .build()
+}
+
+/// `url` of [`NewWebhookEndpoint`].
+fn url_schema() -> utoipa::openapi::Object {
+    text_schema(
+        MAX_URL_LEN,
+        URL_PATTERN,
+        "Where events are POSTed: `https://` (plain `http://` only on a gateway that listens \
+         on a loopback address: demo and tests), a host name or IPv4 address, an optional \
+         port and path; no credentials.",
+    )
+}
+
+/// `description` of [`NewWebhookEndpoint`].
+fn description_schema() -> utoipa::openapi::Object {
+    text_schema(
+        MAX_DESCRIPTION_CHARS,
+        DESCRIPTION_PATTERN,
+        "Free text without control characters. Default: empty.",
+    )
+}
+
+/// `event_types` of [`NewWebhookEndpoint`]: 1 to [`MAX_EVENT_TYPES`] [`EVENT_TYPE_PATTERN`]s.
+fn event_types_schema() -> utoipa::openapi::Array {
+    use utoipa::openapi::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(EVENT_TYPE_PATTERN)),
+        )
+        .min_items(Some(1))
+        .max_items(Some(MAX_EVENT_TYPES))
+        .description(Some(
+            "Patterns: `\"*\"`, `\"payment.*\"` or an exact type such as \
+             `\"refund.succeeded\"`; 1 to 64 of them. Default: every event (`[\"*\"]`).",
+        ))
+        .build()
 }
 
 fn all_events() -> Vec<String> {
@@ -91,6 +171,18 @@ impl NewWebhookEndpoint {
         let invalid = |msg: String| Err(DeliveryError::InvalidRequest(msg));
         if self.url.len() > MAX_URL_LEN {
             return invalid(format!("url is longer than {MAX_URL_LEN} characters"));
+        }
+        if !URL_RE.is_match(&self.url) {
+            return invalid(
+                "url must be http(s)://<host name or IPv4>[:port][/path], visible ASCII".into(),
+            );
+        }
+        if self.description.chars().count() > MAX_DESCRIPTION_CHARS
+            || self.description.chars().any(char::is_control)
+        {
+            return invalid(format!(
+                "description must be at most {MAX_DESCRIPTION_CHARS} characters, none a control character"
+            ));
         }
         let url = match reqwest::Url::parse(&self.url) {
             Ok(url) => url,
@@ -358,5 +450,66 @@ mod tests {
         assert!(new.validate(strict).is_err());
         new.event_types = patterns(&["payment.*", "refund.succeeded"]);
         assert!(new.validate(strict).is_ok());
+    }
+
+    #[test]
+    fn every_url_the_documented_pattern_allows_is_an_absolute_url_with_a_host_and_no_credentials() {
+        let allowed = [
+            "https://merchant.example/hooks",
+            "http://127.0.0.1:65535/",
+            "http://localhost:8080",
+            "https://a",
+            "https://a-b.c9/x?y=1#z",
+            "https://a.b/%zz/\\/@x",
+            "http://0.0.0.0:1",
+            "http://255.255.255.255/",
+        ];
+        let refused = [
+            "https://user:pw@merchant.example/",
+            "https://merchant.example:0/",
+            "https://merchant.example:65536/",
+            "http://256.1.1.1/",
+            "https://1.2.3/",
+            "https://xn--a/",
+            "https://a-/",
+            "https://-a/",
+            "https://a..b/",
+            "https://A/",
+            "https://a/ b",
+            "https://a?x",
+            "ftp://a/",
+            "https://",
+        ];
+        let re = regex::Regex::new(URL_PATTERN).unwrap();
+        for url in allowed {
+            assert!(re.is_match(url), "{url} matches");
+            let parsed = reqwest::Url::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(parsed.host_str().is_some_and(|h| !h.is_empty()), "{url}");
+            assert!(
+                parsed.username().is_empty() && parsed.password().is_none(),
+                "{url}"
+            );
+        }
+        for url in refused {
+            assert!(!re.is_match(url), "{url} is refused");
+        }
+    }
+
+    #[test]
+    fn a_description_with_a_control_character_or_over_the_limit_is_refused() {
+        let mut new = NewWebhookEndpoint {
+            url: "https://merchant.example/hooks".into(),
+            description: "orders é".into(),
+            event_types: all_events(),
+            enabled: true,
+        };
+        let policy = EndpointPolicy::default();
+        assert!(new.validate(policy).is_ok());
+        new.description = "a\u{0}b".into();
+        assert!(new.validate(policy).is_err());
+        new.description = "x".repeat(MAX_DESCRIPTION_CHARS + 1);
+        assert!(new.validate(policy).is_err());
+        new.description = "é".repeat(MAX_DESCRIPTION_CHARS);
+        assert!(new.validate(policy).is_ok());
     }
 }

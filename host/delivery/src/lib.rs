@@ -24,7 +24,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod signature;
 
-pub use admin::{admin_router, DeliveryAdmin};
+pub use admin::{admin_openapi, admin_router, DeliveryAdmin, ListBody, MAX_DEAD_LIMIT};
 pub use deliveries::{
     deliveries_for_event, deliveries_for_payment, get_delivery, list_dead, replay_dead_letter,
     Delivery, EventEnvelope, Sink,

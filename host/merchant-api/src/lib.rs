@@ -188,34 +188,54 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
+fn document_routes() -> OpenApiRouter {
+    OpenApiRouter::new().routes(routes!(openapi::document))
+}
+
 /// The OpenAPI 3 document of every route of this crate.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, doc) = OpenApiRouter::<MerchantApiState>::with_openapi(openapi::base())
+    openapi_with(Vec::new())
+}
+
+/// The document of this crate's routes and of `others` (the descriptions of
+/// the routes other crates mount next to these), with the rules of the shared
+/// layers added to every operation ([`openapi::complete`]).
+pub fn openapi_with(others: Vec<utoipa::openapi::OpenApi>) -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = OpenApiRouter::<MerchantApiState>::with_openapi(openapi::base())
         .merge(v1_handlers())
         .merge(webhook_handlers())
         .merge(admin_routes())
         .split_for_parts();
+    doc.merge(document_routes().split_for_parts().1);
+    for other in others {
+        doc.merge(other);
+    }
     openapi::complete(doc)
 }
 
-/// `/v1/...`, `/webhooks/{adapter}/{connector_account}` and `/openapi.json`.
+/// `/v1/...`, `/webhooks/{adapter}/{connector_account}` and `/openapi.json`
+/// serving this crate's document ([`openapi`]).
 ///
 /// Sets no fallback, so it merges into the server's router.
 pub fn router(state: MerchantApiState) -> Router {
+    router_with_document(state, &openapi())
+}
+
+/// [`router`], with `/openapi.json` serving `doc` (the gateway's whole
+/// document, [`openapi_with`]).
+pub fn router_with_document(state: MerchantApiState, doc: &utoipa::openapi::OpenApi) -> Router {
     let (v1, _) = v1_routes(&state).split_for_parts();
     let (webhooks, _) = webhook_routes().split_for_parts();
-    let spec = openapi::served_json();
+    let (document, _) = document_routes()
+        .layer(axum::Extension(openapi::ServedDocument(openapi::render(
+            doc,
+        ))))
+        .split_for_parts();
     Router::new()
         .merge(v1)
         .merge(webhooks)
-        .route(
-            "/openapi.json",
-            axum::routing::get(move || {
-                let spec = spec.clone();
-                async move { openapi::json_response(&spec) }
-            }),
-        )
         .with_state(state)
+        .merge(document)
 }
 
 /// `/admin/merchants...`, guarded by `auth_layer` (the server's admin-token

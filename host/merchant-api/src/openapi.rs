@@ -1,7 +1,10 @@
 //! The OpenAPI 3 document, generated from the handlers' annotations and
-//! served at `/openapi.json`. A copy is committed at `docs/openapi.json`; a
+//! served at `/openapi.json`. The gateway serves one document for every
+//! route it mounts: this crate's ([`crate::openapi`]) merged with the
+//! descriptions of the routes other crates own ([`crate::openapi_with`],
+//! called by `sluice-server`). A copy is committed at `docs/openapi.json`; a
 //! test fails when the two differ (`SLUICE_UPDATE_OPENAPI=1 cargo test -p
-//! sluice-merchant-api --test api openapi` rewrites the copy).
+//! sluice-server --test server openapi` rewrites the copy).
 //!
 //! The document states every rule the server enforces on its input: the
 //! field schemas in [`fields`] are built from the same constants as the
@@ -9,10 +12,11 @@
 //! layers (authentication, idempotency, body extraction) do to every route
 //! they wrap, in one place, as they are applied in one place.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use utoipa::openapi::path::{Operation, Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -72,20 +76,25 @@ pub fn base() -> OpenApi {
     doc
 }
 
-/// The document as served (pretty JSON with a final newline), built once.
-pub fn served_json() -> Arc<String> {
-    static SPEC: OnceLock<Arc<String>> = OnceLock::new();
-    SPEC.get_or_init(|| {
-        let text = crate::openapi().to_pretty_json().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "OpenAPI document does not serialise");
-            "{}".to_owned()
-        });
-        Arc::new(format!("{text}\n"))
-    })
-    .clone()
+/// `doc` as served (pretty JSON with a final newline).
+pub fn render(doc: &OpenApi) -> Arc<String> {
+    let text = doc.to_pretty_json().unwrap_or_else(|e| {
+        tracing::error!(error = %e, "OpenAPI document does not serialise");
+        "{}".to_owned()
+    });
+    Arc::new(format!("{text}\n"))
 }
 
-pub fn json_response(spec: &Arc<String>) -> Response {
+/// The rendered document, shared by the `/openapi.json` route.
+#[derive(Clone)]
+pub struct ServedDocument(pub Arc<String>);
+
+/// `GET /openapi.json`: this document.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "This OpenAPI document", content_type = "application/json", body = Object))
+)]
+pub async fn document(Extension(ServedDocument(spec)): Extension<ServedDocument>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -164,6 +173,9 @@ fn complete_operation(op: &mut Operation, idempotent_post: bool) {
     for param in params.iter_mut() {
         if matches!(param.parameter_in, ParameterIn::Path) {
             has_path_param = true;
+            if has_own_pattern(param) {
+                continue;
+            }
             param.schema = Some(RefOr::T(Schema::Object(match param.name.as_str() {
                 "adapter" => fields::adapter_name(),
                 "secret_name" => crate::secrets_admin::secret_name_schema(),
@@ -208,6 +220,21 @@ fn complete_operation(op: &mut Operation, idempotent_post: bool) {
                 .insert(status.to_owned(), RefOr::T(error_response(description)));
         }
     }
+    // Every error has the one JSON shape: a 4xx or 5xx an annotation
+    // declares without a body gets `ErrorBody`.
+    for (status, response) in op.responses.responses.iter_mut() {
+        if let RefOr::T(response) = response {
+            if (status.starts_with('4') || status.starts_with('5')) && response.content.is_empty() {
+                *response = error_response(&response.description);
+            }
+        }
+    }
+}
+
+/// A path parameter whose handler states its own format (e.g. the adapter
+/// admin API's `{name}`) keeps it.
+fn has_own_pattern(param: &Parameter) -> bool {
+    matches!(&param.schema, Some(RefOr::T(Schema::Object(object))) if object.pattern.is_some())
 }
 
 /// `not: {required: [a, b], properties: {a: {not: null}, b: {not: null}}}`:

@@ -7,20 +7,58 @@ use axum::Json;
 use serde::Deserialize;
 use sluice_adapter_runtime::LoadError;
 use tracing::Instrument;
+use utoipa::IntoParams;
 
 use crate::adapters::ManageError;
 use crate::api::{ActivateRequest, AdapterList, AdapterVersionView, AdapterView};
 use crate::app::AppState;
 use crate::error::ApiError;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct UploadParams {
     /// Activate the new version once validated (default); `false` only stages it.
     pub activate: Option<bool>,
 }
 
+/// The `{name}` of every adapter route, as [`crate::adapters::check_name`] accepts it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Only its OpenAPI description is used; handlers take `Path<String>`.
+struct AdapterName {
+    /// The adapter's name: 1 to 64 of `a-z`, `0-9`, `-` and `_`.
+    #[param(min_length = 1, max_length = 64, pattern = "^[a-z0-9_-]+$")]
+    name: String,
+}
+
+/// The body of an upload: the component's bytes.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)] // Only its OpenAPI description is used; the handler takes `Bytes`.
+struct ComponentBytes(Vec<u8>);
+
 /// `PUT /admin/adapters/{name}`: the body is the component's bytes.
+///
+/// Nothing is written before the bytes compile as a component of the
+/// contract the host serves and `describe()` names this adapter: anything
+/// else (random bytes, a core module, another world) is a 422 and leaves the
+/// serving version alone.
+#[utoipa::path(
+    put, path = "/admin/adapters/{name}", tag = "adapters",
+    params(AdapterName, UploadParams),
+    request_body(
+        content = ComponentBytes, content_type = "application/octet-stream",
+        description = "A WebAssembly component of world `sluice:psp/psp-adapter@0.2.x`, at most 32 MiB"
+    ),
+    responses(
+        (status = 200, description = "The version, loaded (and active unless `activate=false`)", body = AdapterVersionView),
+        (status = 400, description = "Invalid name or query"),
+        (status = 413, description = "The body is over the 32 MiB limit"),
+        (status = 422, description = "Not a component of the served contract, or it names another adapter; nothing was written"),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn upload(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -50,6 +88,11 @@ pub async fn upload(
 }
 
 /// `GET /admin/adapters`.
+#[utoipa::path(
+    get, path = "/admin/adapters", tag = "adapters",
+    responses((status = 200, description = "Every adapter and its versions", body = AdapterList)),
+    security(("admin_token" = []))
+)]
 pub async fn list(State(state): State<AppState>) -> Json<AdapterList> {
     Json(AdapterList {
         adapters: state
@@ -62,6 +105,15 @@ pub async fn list(State(state): State<AppState>) -> Json<AdapterList> {
 }
 
 /// `GET /admin/adapters/{name}`.
+#[utoipa::path(
+    get, path = "/admin/adapters/{name}", tag = "adapters",
+    params(AdapterName),
+    responses(
+        (status = 200, description = "The adapter and its versions", body = AdapterView),
+        (status = 404, description = "No such adapter"),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn show(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -75,6 +127,16 @@ pub async fn show(
 }
 
 /// `POST /admin/adapters/{name}/activate` with `{"digest": "..."}`.
+#[utoipa::path(
+    post, path = "/admin/adapters/{name}/activate", tag = "adapters",
+    params(AdapterName),
+    request_body = ActivateRequest,
+    responses(
+        (status = 200, description = "The version now serving", body = AdapterVersionView),
+        (status = 404, description = "No such adapter or version"),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn activate(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -93,6 +155,16 @@ pub async fn activate(
 }
 
 /// `POST /admin/adapters/{name}/rollback`.
+#[utoipa::path(
+    post, path = "/admin/adapters/{name}/rollback", tag = "adapters",
+    params(AdapterName),
+    responses(
+        (status = 200, description = "The version serving again", body = AdapterVersionView),
+        (status = 404, description = "No such adapter"),
+        (status = 409, description = "No previous version to roll back to"),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn rollback(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,

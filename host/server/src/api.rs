@@ -4,15 +4,16 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 use sluice_adapter_runtime::{AdapterStatus, AdapterVersionInfo, Capability, SandboxLimits};
+use utoipa::ToSchema;
 
 /// `GET /admin/adapters`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AdapterList {
     pub adapters: Vec<AdapterView>,
 }
 
 /// One adapter: which version serves, and every version loaded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AdapterView {
     pub name: String,
     /// `active` when a version serves calls, `inactive` when versions are only staged.
@@ -24,7 +25,7 @@ pub struct AdapterView {
     pub versions: Vec<AdapterVersionView>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AdapterState {
     Active,
@@ -32,7 +33,7 @@ pub enum AdapterState {
 }
 
 /// One loaded version of an adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AdapterVersionView {
     pub name: String,
     /// The version the component reports in `describe()`.
@@ -52,7 +53,7 @@ pub struct AdapterVersionView {
     pub currencies: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LimitsView {
     pub memory_bytes: u64,
     pub cpu_deadline_ms: u64,
@@ -61,9 +62,11 @@ pub struct LimitsView {
 }
 
 /// `POST /admin/adapters/{name}/activate`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActivateRequest {
+    /// The version to serve: the sha256 (64 lower-case hex characters) of an uploaded component.
+    #[schema(pattern = "^[0-9a-f]{64}$", min_length = 64, max_length = 64)]
     pub digest: String,
 }
 

@@ -4,10 +4,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use axum::{middleware, Router};
 use sluice_store::Store;
 use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::adapters::AdapterManager;
 use crate::auth::{require_admin, AdminAuth};
@@ -52,27 +53,45 @@ impl AppState {
     }
 }
 
+/// The adapter admin API (`/admin/adapters...`), with its OpenAPI description.
+fn adapter_admin_routes() -> OpenApiRouter<AppState> {
+    let upload = OpenApiRouter::new()
+        .routes(routes!(admin::show, admin::upload))
+        .layer(DefaultBodyLimit::max(MAX_ADAPTER_UPLOAD_BYTES));
+    OpenApiRouter::new()
+        .routes(routes!(admin::list))
+        .merge(upload)
+        .routes(routes!(admin::activate))
+        .routes(routes!(admin::rollback))
+}
+
+fn health_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+}
+
+/// The OpenAPI description of [`router`]'s routes.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, doc) = OpenApiRouter::new()
+        .merge(health_routes())
+        .merge(adapter_admin_routes())
+        .split_for_parts();
+    doc
+}
+
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/adapters", get(admin::list))
-        .route(
-            "/adapters/{name}",
-            get(admin::show)
-                .put(admin::upload)
-                .layer(DefaultBodyLimit::max(MAX_ADAPTER_UPLOAD_BYTES)),
-        )
-        .route("/adapters/{name}/activate", post(admin::activate))
-        .route("/adapters/{name}/rollback", post(admin::rollback))
-        .route_layer(middleware::from_fn_with_state(
-            state.auth.clone(),
-            require_admin,
-        ));
+    let (admin, _) = adapter_admin_routes().split_for_parts();
+    let admin = admin.route_layer(middleware::from_fn_with_state(
+        state.auth.clone(),
+        require_admin,
+    ));
+    let (health, _) = health_routes().split_for_parts();
 
     Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .nest("/admin", admin)
+        .merge(health)
+        .merge(admin)
         .fallback(|| async { ApiError::route_not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -160,6 +160,17 @@ impl IntoResponse for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorType::InvalidRequestError,
+                "body_too_large",
+                format!(
+                    "the request body exceeds the limit of {} bytes",
+                    crate::app::MAX_BODY_BYTES
+                ),
+            );
+        }
         let code = match &rejection {
             JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
             JsonRejection::JsonSyntaxError(_) => "invalid_json",

@@ -12,11 +12,16 @@ use crate::app::AppState;
 /// How long a readiness probe waits for the database.
 const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Health {
     pub status: String,
 }
 
+/// `GET /healthz`: the process is alive.
+#[utoipa::path(
+    get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The process is alive", body = Health))
+)]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -24,7 +29,7 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// Readiness, with what is not ready yet.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Readiness {
     /// `ready` or `not_ready`.
     pub status: String,
@@ -36,6 +41,14 @@ pub struct Readiness {
     pub database: bool,
 }
 
+/// `GET /readyz`: 200 when adapters are loaded and the database answers, 503 otherwise.
+#[utoipa::path(
+    get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "Ready to serve traffic", body = Readiness),
+        (status = 503, description = "Not ready yet (adapters loading, or the database does not answer)", body = Readiness),
+    )
+)]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let adapters_loaded = state.adapters_loaded();
     let database = matches!(

@@ -16,6 +16,7 @@ pub mod demo_setup;
 pub mod error;
 pub mod health;
 pub mod master_key;
+pub mod openapi;
 pub mod payment_services;
 pub mod pending_metrics;
 pub mod server;

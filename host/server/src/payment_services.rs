@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use axum::{middleware, Router};
 use sluice_adapter_runtime::AdapterRuntime;
 use sluice_delivery::{
@@ -20,6 +20,8 @@ use sluice_scanner::{Scanner, ScannerConfig};
 use sluice_store::{ApiKeyPepper, Store, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::{require_admin, AdminAuth};
 use crate::config::{millis, AdapterRecoveryConfig, WorkerTimings};
@@ -147,28 +149,23 @@ impl PaymentServices {
             },
         ))
         .route_layer(admin_layer.clone());
-        let registry = self.registry.clone();
-        let pending = self.pending_metrics.clone();
-        let store = self.orchestrator.store().clone();
+        let metrics = MetricsState {
+            registry: self.registry.clone(),
+            pending: self.pending_metrics.clone(),
+            store: self.orchestrator.store().clone(),
+        };
+        let (metrics_route, _) = metrics_routes().split_for_parts();
         Router::new()
-            .merge(sluice_merchant_api::router(self.merchant_api.clone()))
+            .merge(sluice_merchant_api::router_with_document(
+                self.merchant_api.clone(),
+                &crate::openapi::document(),
+            ))
             .merge(sluice_merchant_api::admin_router(
                 self.merchant_api.clone(),
                 admin_layer,
             ))
             .merge(delivery_admin)
-            .route(
-                "/metrics",
-                get(move || {
-                    let registry = registry.clone();
-                    let pending = pending.clone();
-                    let store = store.clone();
-                    async move {
-                        pending.refresh(&store).await;
-                        render_metrics(&registry)
-                    }
-                }),
-            )
+            .merge(metrics_route.with_state(metrics))
     }
 
     /// Start the inbox processor, the outbox publisher, the recovery scanner
@@ -192,6 +189,34 @@ impl PaymentServices {
         workers.spawn(prune_idempotency_keys(store, shutdown));
         workers
     }
+}
+
+/// What `/metrics` reads.
+#[derive(Clone)]
+struct MetricsState {
+    registry: prometheus::Registry,
+    pending: PendingMetrics,
+    store: Store,
+}
+
+fn metrics_routes() -> OpenApiRouter<MetricsState> {
+    OpenApiRouter::new().routes(routes!(metrics))
+}
+
+/// The OpenAPI description of `/metrics`.
+pub fn metrics_openapi() -> utoipa::openapi::OpenApi {
+    metrics_routes().split_for_parts().1
+}
+
+/// `GET /metrics`: the Prometheus text exposition of every counter and gauge,
+/// the pending-set gauges refreshed first.
+#[utoipa::path(
+    get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String))
+)]
+async fn metrics(State(metrics): State<MetricsState>) -> axum::response::Response {
+    metrics.pending.refresh(&metrics.store).await;
+    render_metrics(&metrics.registry)
 }
 
 /// The publisher's settings: defaults, the NATS sink when configured, and

@@ -124,3 +124,52 @@ dual_test! {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     }
 }
+
+dual_test! {
+    async fn out_of_range_limits_non_json_bodies_and_bad_descriptions_are_refused_with_the_json_error_shape(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let router = admin_router(DeliveryAdmin::new(store.clone(), EndpointPolicy { allow_http: true }));
+        for limit in ["0", "-5", "1001"] {
+            let (status, refused) = call(&router, "GET", &format!("/admin/deliveries/dead?limit={limit}"), None).await;
+            assert_eq!(
+                (status, refused["error"]["code"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_query")),
+                "limit={limit} is refused, not clamped"
+            );
+        }
+        let (status, _) = call(&router, "GET", "/admin/deliveries/dead?limit=1000", None).await;
+        assert_eq!(status, StatusCode::OK);
+
+        let path = format!("/admin/merchants/{}/webhook-endpoints", fx.merchant.id);
+        let request = Request::builder()
+            .method("POST")
+            .uri(&path)
+            .header("content-type", "text/plain")
+            .body(Body::from(r#"{"url": "https://merchant.example/"}"#))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["code"], "unsupported_media_type");
+
+        for bad in [
+            serde_json::json!({"url": "https://merchant.example/", "description": "a\u{0}b"}),
+            serde_json::json!({"url": "https://merchant.example/", "description": "x".repeat(1025)}),
+            serde_json::json!({"url": "https://user@merchant.example/"}),
+            serde_json::json!({"url": "https://merchant.example:99999/"}),
+        ] {
+            let (status, refused) = call(&router, "POST", &path, Some(bad.clone())).await;
+            assert_eq!(
+                (status, refused["error"]["code"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_endpoint")),
+                "{bad}"
+            );
+        }
+
+        let (status, refused) = call(&router, "POST", "/admin/deliveries/%FF/replay", None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(refused["error"]["code"], "invalid_path", "a path that does not decode is the JSON shape");
+    }
+}

@@ -1,17 +1,12 @@
-//! The committed OpenAPI document is the one the code serves.
+//! The OpenAPI document states what the merchant API enforces. (The
+//! gateway's whole document and its committed copy are checked in
+//! `sluice-server`'s `tests/server/openapi.rs`.)
 
 use crate::common::*;
 use serde_json::{json, Value};
 
-const REGENERATE: &str =
-    "SLUICE_UPDATE_OPENAPI=1 cargo test -p sluice-merchant-api --test api openapi";
-
-fn committed_path() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json")
-}
-
 #[tokio::test]
-async fn the_committed_openapi_document_is_the_served_one() {
+async fn the_served_openapi_document_describes_the_merchant_api() {
     let gw = Gateway::start(TestDb::sqlite().await).await;
     let served = gw
         .send(gw.http.get(gw.url("/openapi.json")))
@@ -21,8 +16,7 @@ async fn the_committed_openapi_document_is_the_served_one() {
         served.headers.get("content-type").unwrap(),
         "application/json"
     );
-    let served = served.text();
-    let doc: serde_json::Value = serde_json::from_str(&served).expect("JSON");
+    let doc: serde_json::Value = serde_json::from_str(&served.text()).expect("JSON");
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     for path in [
         "/v1/payments",
@@ -30,25 +24,10 @@ async fn the_committed_openapi_document_is_the_served_one() {
         "/v1/payments/{id}/timeline",
         "/v1/refunds/{id}",
         "/admin/merchants",
+        "/openapi.json",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} is documented");
     }
-    let path = committed_path();
-    if std::env::var_os("SLUICE_UPDATE_OPENAPI").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &served).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {} ({e}); regenerate it with `{REGENERATE}`",
-            path.display()
-        )
-    });
-    assert!(
-        committed == served,
-        "docs/openapi.json differs from the document the code serves; regenerate it with `{REGENERATE}` and commit it"
-    );
 }
 
 /// The document as served.

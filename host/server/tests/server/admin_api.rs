@@ -335,6 +335,32 @@ async fn an_upload_over_the_size_limit_is_refused_with_413() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activation_body_over_the_size_limit_is_refused_with_413_in_the_json_shape() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(&config(data.path(), None)).await;
+    let http = Http::new(&server);
+    let digest = "a".repeat(sluice_server::app::MAX_BODY_BYTES + 1);
+
+    let reply = http
+        .call(
+            Method::POST,
+            &format!("/admin/adapters/{WELL_BEHAVED}/activate"),
+            None,
+            Some(Body::Json(serde_json::json!({ "digest": digest }))),
+        )
+        .await;
+
+    assert_eq!(
+        reply.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        reply.json
+    );
+    assert_eq!(error_code(&reply), "body_too_large");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_routes_and_methods_answer_with_the_json_error_shape() {
     let data = tempfile::tempdir().unwrap();
     let server = start(&config(data.path(), None)).await;

@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod kill;
 mod metrics;
+mod openapi;
 mod pg;
 mod scanner_processes;
 mod secrets_at_rest;
