@@ -75,6 +75,15 @@ impl World {
         self.violations.push(what);
     }
 
+    /// The PSP's payments by the attempt reference they were created with.
+    fn psp_by_reference(&self) -> BTreeMap<String, sluice_sandbox_psp::Payment> {
+        self.sandbox
+            .payments()
+            .into_iter()
+            .map(|p| (p.reference.clone(), p))
+            .collect()
+    }
+
     /// The invariants that hold after every step, faults or not.
     pub async fn check_step(&mut self) -> Result<(), SimError> {
         let mut found = Vec::new();
@@ -104,8 +113,7 @@ impl World {
     async fn versions(&self) -> Result<BTreeMap<String, i64>, SimError> {
         let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, version FROM payment_orders")
             .fetch_all(self.gw.store.pool())
-            .await
-            .map_err(|e| SimError::Store(e.to_string()))?;
+            .await?;
         Ok(rows.into_iter().collect())
     }
 
@@ -171,12 +179,7 @@ impl World {
     /// Idempotency-Key, however often retried), captures of a manual-capture
     /// payment within the sum of its distinct capture requests.
     fn beyond_requests(&self, all: &[(SimPayment, PaymentDetails)]) -> Vec<String> {
-        let psp: BTreeMap<String, sluice_sandbox_psp::Payment> = self
-            .sandbox
-            .payments()
-            .into_iter()
-            .map(|p| (p.reference.clone(), p))
-            .collect();
+        let psp = self.psp_by_reference();
         let mut found = Vec::new();
         for (payment, d) in all {
             let asked = |op: KeyedOp| -> i64 {
@@ -259,12 +262,7 @@ impl World {
     /// with an operator, and what we recorded agrees with the PSP's ledger.
     pub async fn check_converged(&mut self) -> Result<(), SimError> {
         let mut found = Vec::new();
-        let psp: BTreeMap<String, sluice_sandbox_psp::Payment> = self
-            .sandbox
-            .payments()
-            .into_iter()
-            .map(|p| (p.reference.clone(), p))
-            .collect();
+        let psp = self.psp_by_reference();
         let psp_refunds = self.sandbox.refunds();
         for payment in self.payments.clone() {
             let d = self
@@ -293,8 +291,7 @@ impl World {
              WHERE verification = 'verified' GROUP BY connector_account_id, payload_digest",
         )
         .fetch_all(self.gw.store.pool())
-        .await
-        .map_err(|e| SimError::Store(e.to_string()))?;
+        .await?;
         Ok(rows
             .into_iter()
             .filter_map(|(digest, n)| {
@@ -312,8 +309,7 @@ impl World {
              WHERE status IN ('pending', 'processing', 'failed') GROUP BY status",
         )
         .fetch_all(self.gw.store.pool())
-        .await
-        .map_err(|e| SimError::Store(e.to_string()))?;
+        .await?;
         Ok(rows
             .into_iter()
             .map(|(status, n)| {

@@ -248,18 +248,14 @@ impl World {
                 "SELECT COUNT(*) FROM {table} t JOIN payment_orders o ON o.id = t.payment_id \
                  WHERE t.next_retry_time IS NOT NULL AND o.manual_review = 0"
             );
-            let (n,): (i64,) = sqlx::query_as(&sql)
-                .fetch_one(self.gw.store.pool())
-                .await
-                .map_err(|e| SimError::Store(e.to_string()))?;
+            let (n,): (i64,) = sqlx::query_as(&sql).fetch_one(self.gw.store.pool()).await?;
             open += n;
         }
         let (inbox,): (i64,) = sqlx::query_as(
             "SELECT COUNT(*) FROM webhook_inbox WHERE status IN ('pending', 'processing', 'failed')",
         )
         .fetch_one(self.gw.store.pool())
-        .await
-        .map_err(|e| SimError::Store(e.to_string()))?;
+        .await?;
         Ok(open + inbox)
     }
 
@@ -269,8 +265,7 @@ impl World {
             sqlx::query_as("SELECT MIN(lease_until) FROM scanner_leases WHERE lease_until > $1")
                 .bind(now)
                 .fetch_one(self.gw.store.pool())
-                .await
-                .map_err(|e| SimError::Store(e.to_string()))?;
+                .await?;
         Ok(min)
     }
 
@@ -285,10 +280,7 @@ impl World {
             "SELECT MIN(next_attempt_at) FROM webhook_inbox \
              WHERE status IN ('pending', 'processing', 'failed')",
         ] {
-            let (min,): (Option<i64>,) = sqlx::query_as(sql)
-                .fetch_one(pool)
-                .await
-                .map_err(|e| SimError::Store(e.to_string()))?;
+            let (min,): (Option<i64>,) = sqlx::query_as(sql).fetch_one(pool).await?;
             earliest = match (earliest, min) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -329,8 +321,7 @@ async fn migrate_template(path: &Path) -> Result<(), SimError> {
     // Fold the WAL into the file so a plain copy carries the whole schema.
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(store.pool())
-        .await
-        .map_err(|e| SimError::Store(e.to_string()))?;
+        .await?;
     store.close().await;
     Ok(())
 }

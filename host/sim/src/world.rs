@@ -417,6 +417,12 @@ fn orchestrator_config() -> OrchestratorConfig {
     }
 }
 
+impl From<sqlx::Error> for SimError {
+    fn from(error: sqlx::Error) -> Self {
+        SimError::Store(error.to_string())
+    }
+}
+
 impl From<StoreError> for SimError {
     fn from(error: StoreError) -> Self {
         SimError::Store(error.to_string())
