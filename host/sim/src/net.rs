@@ -44,32 +44,29 @@ pub enum NetFault {
     CrashAfterCommit,
 }
 
+/// Every fault, the two kills last.
+const FAULTS: &[NetFault] = &[
+    NetFault::DropRequest,
+    NetFault::LoseResponse,
+    NetFault::ServerError,
+    NetFault::Garbage,
+    NetFault::Duplicate,
+    NetFault::Hang,
+    NetFault::CrashBefore,
+    NetFault::CrashAfterCommit,
+];
+
 impl NetFault {
     /// Draws a fault with the world's fault rate (per mille of requests).
     fn draw(rng: &SimRng, per_mille: u64, crashes: bool) -> NetFault {
         if rng.below(1000) >= per_mille {
             return NetFault::Deliver;
         }
-        let faults: &[NetFault] = if crashes {
-            &[
-                NetFault::DropRequest,
-                NetFault::LoseResponse,
-                NetFault::ServerError,
-                NetFault::Garbage,
-                NetFault::Duplicate,
-                NetFault::Hang,
-                NetFault::CrashBefore,
-                NetFault::CrashAfterCommit,
-            ]
+        // The kills come last, so without kills they are cut off.
+        let faults = if crashes {
+            FAULTS
         } else {
-            &[
-                NetFault::DropRequest,
-                NetFault::LoseResponse,
-                NetFault::ServerError,
-                NetFault::Garbage,
-                NetFault::Duplicate,
-                NetFault::Hang,
-            ]
+            &FAULTS[..FAULTS.len() - 2]
         };
         faults[rng.below(faults.len() as u64) as usize]
     }
