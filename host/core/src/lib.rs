@@ -21,6 +21,9 @@
 //! - [`projection`]: what a client is told.
 //! - [`fulfillment`]: the fulfillment lifecycle of a payment that buys a
 //!   business goal (issue 7): attribution, deadline, compensation refund.
+//! - [`failure_table`]: per wire format, what a PSP's failure code means
+//!   and whether routing may try another account after it (data, with a
+//!   merchant override), and the one lookup [`classify_failure`].
 //! - [`recovery`]: what the recovery scanner does with a pending attempt,
 //!   refund or capture (issue 6), and the outbox redelivery schedule.
 //!
@@ -55,6 +58,7 @@ pub mod command;
 pub mod decide;
 pub mod decision;
 pub mod event;
+pub mod failure_table;
 pub mod fulfillment;
 pub mod matrix;
 pub mod money;
@@ -76,6 +80,10 @@ pub use decision::{
 pub use event::{
     EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent,
     NOT_FOUND_CODE,
+};
+pub use failure_table::{
+    classify_failure, FailureClass, FailureOverride, FailureVerdict, VerdictSource,
+    CREDENTIALS_REFUSED_CODE,
 };
 pub use fulfillment::{
     compensation_refund_reference, decide_fulfillment, guard_compensation, BusinessFact,
