@@ -5,7 +5,11 @@
 //! the PSP without a usable answer (timeout, connection error, 5xx, an answer
 //! the adapter cannot interpret, an adapter that traps while parsing) is
 //! UNKNOWN. Only a definitive decline the adapter reports is a failure, and
-//! the core decides even that from the event's failure category.
+//! the core decides even that from the event's failure category. The one
+//! host-made failure is the PSP's documented refusal of the account's
+//! credentials (HTTP 401/403 to a first send, read by the adapter as a
+//! configuration failure): nothing executed, so it is a definitive
+//! `credentials_refused` failure (`OperationSpec::credentials_refused`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -275,7 +279,14 @@ pub(crate) fn interpret(spec: &OperationSpec, status: u16, parsed: Parsed) -> Ca
             "no_events",
             &format!("HTTP {status}: the adapter reported nothing"),
         ),
-        Ok(events) => CallOutcome::Answered(events),
+        Ok(events) => match spec.credentials_refused(status, &events) {
+            Some(refused) => {
+                tracing::warn!(operation = %spec.operation, status,
+                    "the PSP refused the connector account's credentials: nothing executed");
+                CallOutcome::Answered(vec![refused])
+            }
+            None => CallOutcome::Answered(events),
+        },
     }
 }
 
@@ -380,6 +391,103 @@ mod tests {
             interpret(&spec(Operation::Sale), 200, Ok(Ok(vec![bad]))).unknown_code(),
             Some("unusable_answer")
         );
+    }
+
+    fn configuration_refusal() -> wit::PaymentEvent {
+        wit::PaymentEvent {
+            kind: wit::EventKind::ResultUnknown,
+            raw_status: "authentication_error".into(),
+            failure: Some(wit::Failure {
+                category: wit::FailureCategory::Configuration,
+                code: "authentication_error".into(),
+                message: "the PSP refused the connector account's credentials".into(),
+            }),
+            ..declined()
+        }
+    }
+
+    #[test]
+    fn a_401_or_403_to_a_first_send_is_a_definitive_credentials_refused_failure() {
+        for (operation, status) in [(Operation::Sale, 401), (Operation::Authorize, 403)] {
+            let outcome = interpret(
+                &spec(operation),
+                status,
+                Ok(Ok(vec![configuration_refusal()])),
+            );
+            let CallOutcome::Answered(events) = outcome else {
+                panic!("expected an answer");
+            };
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].kind, EventKind::PaymentFailed);
+            assert!(events[0].failure_is_definitive());
+            let failure = events[0].failure.as_ref().unwrap();
+            assert_eq!(failure.code, sluice_core::CREDENTIALS_REFUSED_CODE);
+            assert!(failure.message.starts_with("credentials refused"));
+            assert_eq!(events[0].attempt_reference.as_deref(), Some("pay_1_a1"));
+        }
+    }
+
+    #[test]
+    fn a_credentials_refusal_to_a_query_capture_void_or_refund_stays_as_the_adapter_read_it() {
+        for operation in [
+            Operation::QueryPayment,
+            Operation::Capture,
+            Operation::Void,
+            Operation::Refund,
+            Operation::QueryRefund,
+        ] {
+            let outcome = interpret(&spec(operation), 401, Ok(Ok(vec![configuration_refusal()])));
+            let CallOutcome::Answered(events) = outcome else {
+                panic!("expected an answer");
+            };
+            assert_eq!(events[0].kind, EventKind::ResultUnknown, "{operation}");
+        }
+    }
+
+    #[test]
+    fn timeouts_5xx_garbage_and_other_readings_of_a_401_never_become_credentials_refused() {
+        // A configuration reading under another status (e.g. a 500 or a 200).
+        for status in [200, 400, 404, 429, 500, 502, 503] {
+            let events = interpret(
+                &spec(Operation::Sale),
+                status,
+                Ok(Ok(vec![configuration_refusal()])),
+            )
+            .into_events(&spec(Operation::Sale));
+            assert_eq!(events[0].kind, EventKind::ResultUnknown, "HTTP {status}");
+        }
+        // A 401 the adapter could not read, or read as something else.
+        let garbage = wit::Failure {
+            category: wit::FailureCategory::Unknown,
+            code: "malformed_response".into(),
+            message: "not JSON".into(),
+        };
+        let events = interpret(&spec(Operation::Sale), 401, Ok(Err(garbage)))
+            .into_events(&spec(Operation::Sale));
+        assert_eq!(events[0].kind, EventKind::ResultUnknown);
+        let mut retryable = configuration_refusal();
+        retryable.failure.as_mut().unwrap().category = wit::FailureCategory::Retryable;
+        let events = interpret(&spec(Operation::Sale), 401, Ok(Ok(vec![retryable])))
+            .into_events(&spec(Operation::Sale));
+        assert_eq!(events[0].kind, EventKind::ResultUnknown);
+        // A success, however odd its status, is never turned into a failure.
+        let mut success = declined();
+        success.kind = wit::EventKind::PaymentSucceeded;
+        success.failure = None;
+        let events = interpret(
+            &spec(Operation::Sale),
+            401,
+            Ok(Ok(vec![success, configuration_refusal()])),
+        )
+        .into_events(&spec(Operation::Sale));
+        assert_eq!(events[0].kind, EventKind::PaymentSucceeded);
+        assert!(interpret(
+            &spec(Operation::Sale),
+            401,
+            Err(wit::AdapterError::Trap("x".into()))
+        )
+        .unknown_code()
+        .is_some());
     }
 
     fn checked(header: &str, body: &str) -> CheckedRequest {

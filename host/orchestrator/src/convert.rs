@@ -284,6 +284,51 @@ impl OperationSpec {
     }
 }
 
+/// HTTP statuses by which a PSP documents that it refused the connector
+/// account's credentials (authentication, permission) before executing
+/// anything (docs/psp-wire-subsets.md, both formats).
+pub const CREDENTIALS_REFUSED_STATUSES: &[u16] = &[401, 403];
+
+impl OperationSpec {
+    /// The PSP's answer to a first send (sale or authorize) is its documented
+    /// refusal of the account's credentials: HTTP 401/403 *and* the adapter
+    /// read it as a configuration failure of unknown outcome. Nothing
+    /// executed, so the attempt is a definitive not-executed failure with the
+    /// host's code `credentials_refused` (which routing may cascade from),
+    /// instead of an UNKNOWN waiting for the review age. Anything else (a
+    /// query, a capture, a refund, another status, another reading by the
+    /// adapter) is left as the adapter read it.
+    pub fn credentials_refused(
+        &self,
+        status: u16,
+        events: &[PaymentEvent],
+    ) -> Option<PaymentEvent> {
+        let first_send = matches!(self.operation, Operation::Sale | Operation::Authorize);
+        let refused = CREDENTIALS_REFUSED_STATUSES.contains(&status)
+            && !events.is_empty()
+            && events.iter().all(|event| {
+                event.kind == EventKind::ResultUnknown
+                    && event
+                        .failure
+                        .as_ref()
+                        .is_some_and(|f| f.category == FailureCategory::Configuration)
+            });
+        (first_send && refused).then(|| PaymentEvent {
+            attempt_reference: Some(self.attempt_reference.clone()),
+            raw_status: format!("http_{status}"),
+            failure: Some(Failure {
+                category: FailureCategory::Declined,
+                code: sluice_core::CREDENTIALS_REFUSED_CODE.to_owned(),
+                message: format!(
+                    "credentials refused: the PSP answered HTTP {status} to the connector \
+                     account's credentials before executing anything; no money moved"
+                ),
+            }),
+            ..PaymentEvent::new(EventKind::PaymentFailed, EvidenceSource::SyncResponse)
+        })
+    }
+}
+
 /// The first value of a header, by case-insensitive name.
 pub fn header_value<'a>(headers: &'a [wit::Header], name: &str) -> Option<&'a str> {
     headers
