@@ -24,6 +24,10 @@
 //! - [`failure_table`]: per wire format, what a PSP's failure code means
 //!   and whether routing may try another account after it (data, with a
 //!   merchant override), and the one lookup [`classify_failure`].
+//! - [`routing`]: a merchant's routing rules as data, the deterministic plan
+//!   of accounts for a payment ([`plan_route`]) and the failover step
+//!   ([`next_step`]): seed 001 §9's hard rule, never while an attempt is
+//!   unresolved.
 //! - [`recovery`]: what the recovery scanner does with a pending attempt,
 //!   refund or capture (issue 6), and the outbox redelivery schedule.
 //!
@@ -64,6 +68,7 @@ pub mod matrix;
 pub mod money;
 pub mod projection;
 pub mod recovery;
+pub mod routing;
 pub mod snapshot;
 pub mod state;
 
@@ -100,6 +105,10 @@ pub use recovery::{
     authorization_expires_at, decide_recovery, decide_resend, outbox_retry_delay,
     OutboxRetryPolicy, PendingItem, PendingState, RecoveryAction, RecoveryPolicy, Resend,
     ResendCheck, DEFAULT_AUTHORIZATION_VALIDITY_MS,
+};
+pub use routing::{
+    next_step, plan_route, AttemptFact, FailoverInput, NextStep, PlanEntry, RouteConditions,
+    RouteInput, RouteRule, RoutingConfig, RoutingConfigError, RoutingPlan, Stop, WeightedAccount,
 };
 pub use snapshot::{AttemptSnapshot, CaptureMode, CaptureSnapshot, OrderSnapshot, RefundSnapshot};
 pub use state::{AttemptState, CaptureState, OrderState, RefundState};
