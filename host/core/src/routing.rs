@@ -66,7 +66,7 @@ pub struct RouteRule {
 }
 
 /// A merchant's routing configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutingConfig {
     /// Tried in order; the first whose conditions hold chooses.
     #[serde(default)]
@@ -83,10 +83,25 @@ pub struct RoutingConfig {
 }
 
 /// Default time within which a failover may start: one minute.
+///
+/// `RoutingConfig::default()` and a deserialised `{}` both use it.
 pub const DEFAULT_FAILOVER_WINDOW_MS: i64 = 60_000;
 
 fn default_failover_window_ms() -> i64 {
     DEFAULT_FAILOVER_WINDOW_MS
+}
+
+impl Default for RoutingConfig {
+    /// No rules, no fallback, no overrides, the default failover window
+    /// (the same as a deserialised `{}`).
+    fn default() -> Self {
+        RoutingConfig {
+            rules: Vec::new(),
+            fallback: Vec::new(),
+            failure_overrides: Vec::new(),
+            failover_window_ms: DEFAULT_FAILOVER_WINDOW_MS,
+        }
+    }
 }
 
 /// The most rules and accounts one configuration may hold.

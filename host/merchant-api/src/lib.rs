@@ -25,6 +25,7 @@ pub mod operations;
 pub mod payments;
 pub mod requests;
 pub mod review;
+pub mod routing_admin;
 pub mod secrets_admin;
 pub mod views;
 pub mod webhooks;
@@ -185,6 +186,10 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(review::reject_proposal))
         .routes(routes!(evidence::webhook_raw_body))
         .routes(routes!(fulfillment_admin::put_fulfillment_endpoint))
+        .routes(routes!(
+            routing_admin::put_routing_config,
+            routing_admin::get_routing_config
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

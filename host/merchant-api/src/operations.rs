@@ -103,6 +103,7 @@ pub async fn confirm(
         connector_account_id: body.connector_account.clone(),
         adapter_hint: body.routing.as_ref().map(|hint| hint.adapter.clone()),
         payment_method_token: payment_method,
+        payment_method_type: None,
     };
     let view = state
         .orchestrator

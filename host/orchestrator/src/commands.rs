@@ -13,7 +13,8 @@
 use std::future::Future;
 
 use sluice_core::{
-    client_status, refund_client_status, request_void, AttemptState, ClientStatus, Money,
+    client_status, next_step, refund_client_status, request_void, AttemptFact, AttemptState,
+    ClientStatus, FailoverInput, Money, NextStep, RouteInput,
 };
 use sluice_store::{
     Capture, CaptureRequest, NewAttempt, PaymentDetails, Provenance, Refund, RefundRequest,
@@ -23,6 +24,7 @@ use crate::advance::{attempt_spec, Action, Advanced};
 use crate::call;
 use crate::config::millis;
 use crate::convert::Operation;
+use crate::create::{first_eligible, Routing};
 use crate::error::OrchestratorError;
 use crate::exits::VoidReason;
 use crate::orchestrator::{Orchestrator, OwnAggregate, Target, Trigger};
@@ -38,6 +40,9 @@ pub struct ConfirmOptions {
     /// New payment details for this attempt (e.g. after a decline); the
     /// payment's own token otherwise.
     pub payment_method_token: Option<String>,
+    /// What routing rules on the payment method type match against;
+    /// `card` when not given (the only type of both wire subsets).
+    pub payment_method_type: Option<String>,
 }
 
 /// A payment as the API shows it, read from the primary store after the call.
@@ -75,6 +80,18 @@ pub struct RefundView {
     pub payment: PaymentView,
 }
 
+/// A route reason with the accounts routing skipped on the way, and why.
+fn with_skipped(reason: &str, skipped: &[(String, String)]) -> String {
+    if skipped.is_empty() {
+        return reason.to_owned();
+    }
+    let skipped: Vec<String> = skipped
+        .iter()
+        .map(|(a, why)| format!("{a} ({why})"))
+        .collect();
+    format!("{reason}; skipped {}", skipped.join(", "))
+}
+
 /// What a background step reported back within the wait budget.
 enum Waited<T> {
     Done(T),
@@ -84,6 +101,13 @@ enum Waited<T> {
 impl Orchestrator {
     /// Start an attempt at the PSP. Refused while an earlier attempt is in
     /// flight or UNKNOWN (only a definitive failure allows a new one).
+    ///
+    /// Routed by the merchant's routing configuration when no account is
+    /// named: when the attempt fails definitively with a code the failure
+    /// table marks as cascadable, the next eligible account of the plan gets
+    /// the next attempt (`<payment>_a2`, ...), within this same confirm and
+    /// the configuration's failover window; `sluice_core::next_step` decides,
+    /// and never while an attempt is unresolved.
     pub async fn confirm(
         &self,
         merchant_id: &str,
@@ -91,27 +115,134 @@ impl Orchestrator {
         options: &ConfirmOptions,
     ) -> Result<PaymentView, OrchestratorError> {
         // Scope first: someone else's payment is "not found", never routed.
-        self.store()
+        let order = self
+            .store()
             .get_payment(Some(merchant_id), payment_id)
             .await?;
-        let account_id = self.route(merchant_id, options).await?;
-        let connector = self.connector(&account_id).await?;
+        let metadata = crate::orchestrator::metadata_pairs(&order.metadata)
+            .into_iter()
+            .collect();
+        let input = RouteInput {
+            payment_id,
+            amount: order.amount,
+            payment_method_type: Some(options.payment_method_type.as_deref().unwrap_or("card")),
+            metadata: &metadata,
+        };
+        let routing = self.routing_for(merchant_id, options, Some(&input)).await?;
+        let ineligible = self.ineligible_accounts(merchant_id).await?;
+        let (entry, skipped) = first_eligible(&routing.plan, &ineligible)?;
+        let reason = with_skipped(&entry.reason, &skipped);
+        let first = self
+            .start_attempt(
+                merchant_id,
+                payment_id,
+                &entry.connector_account,
+                options,
+                reason,
+            )
+            .await?;
+        let deadline_ms = first.created_at.saturating_add(routing.failover_window_ms);
+        let mut in_progress = self.drive(Target::Attempt(first.id)).await;
+        while !in_progress {
+            let Some((account, reason)) = self
+                .failover_target(merchant_id, payment_id, &routing, deadline_ms)
+                .await?
+            else {
+                break;
+            };
+            let next = match self
+                .start_attempt(merchant_id, payment_id, &account, options, reason)
+                .await
+            {
+                Ok(next) => next,
+                Err(error) => {
+                    // Someone else started an attempt meanwhile: theirs stands.
+                    tracing::warn!(payment_id, error = %error, "failover attempt not started");
+                    break;
+                }
+            };
+            in_progress = self.drive(Target::Attempt(next.id)).await;
+        }
+        self.view(merchant_id, payment_id, in_progress).await
+    }
+
+    /// Ask the core whether the payment fails over, and where.
+    async fn failover_target(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        routing: &Routing,
+        deadline_ms: i64,
+    ) -> Result<Option<(String, String)>, OrchestratorError> {
+        if routing.failover_window_ms <= 0 {
+            return Ok(None);
+        }
+        let details = self
+            .store()
+            .payment_details(Some(merchant_id), payment_id)
+            .await?;
+        let attempts: Vec<AttemptFact> = details
+            .attempts
+            .iter()
+            .map(|a| AttemptFact {
+                connector_account: a.connector_account_id.clone(),
+                adapter: a.adapter.clone(),
+                state: a.state,
+                failure_code: a.failure.as_ref().map(|f| f.code.clone()),
+                created_at_ms: a.created_at,
+            })
+            .collect();
+        let ineligible = self.ineligible_accounts(merchant_id).await?;
+        let step = next_step(&FailoverInput {
+            order: details.order.state,
+            attempts: &attempts,
+            plan: &routing.plan,
+            overrides: &routing.overrides,
+            ineligible: &ineligible,
+            deadline_ms,
+            now_ms: self.now_ms(),
+        });
+        match step {
+            NextStep::Failover {
+                connector_account,
+                reason,
+                skipped,
+            } => {
+                tracing::info!(payment_id, connector_account = %connector_account, %reason, "failing over");
+                let reason = with_skipped(&reason, &skipped);
+                Ok(Some((connector_account, reason)))
+            }
+            NextStep::Stop(stop) => {
+                tracing::info!(payment_id, ?stop, "no failover");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn start_attempt(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        account_id: &str,
+        options: &ConfirmOptions,
+        route_reason: String,
+    ) -> Result<sluice_store::PaymentAttempt, OrchestratorError> {
+        let connector = self.connector(account_id).await?;
         let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
-        let attempt = self
+        Ok(self
             .store()
             .create_attempt(
                 &NewAttempt {
                     payment_id: payment_id.to_owned(),
-                    connector_account_id: account_id,
+                    connector_account_id: account_id.to_owned(),
                     payment_method_token: options.payment_method_token.clone(),
                     next_retry_time: Some(self.now_ms().saturating_add(window)),
+                    route_reason: Some(route_reason),
                     ..NewAttempt::default()
                 },
                 &Provenance::actor(&format!("merchant:{merchant_id}")),
             )
-            .await?;
-        let waited = self.drive(Target::Attempt(attempt.id)).await;
-        self.view(merchant_id, payment_id, waited).await
+            .await?)
     }
 
     /// Capture all (`amount` None) or part of an authorization. The amount is

@@ -2,6 +2,9 @@
 //! merchant API and every other caller go through, so the merchant's tenant
 //! scope (which accounts are theirs and usable) is resolved once.
 
+use std::collections::BTreeMap;
+
+use sluice_core::{plan_route, FailureOverride, PlanEntry, RouteInput, RoutingConfig, RoutingPlan};
 use sluice_store::{Fulfillment, NewPayment, PaymentOrder, Provenance, StoreError};
 
 use crate::commands::{ConfirmOptions, Created};
@@ -138,29 +141,108 @@ impl Orchestrator {
 
     /// The merchant's connector account for a new attempt: the one named (it
     /// must be theirs and active), else their only active account of the
-    /// hinted adapter, else their only active account.
+    /// hinted adapter, else the first eligible account of their routing
+    /// configuration (routed without a payment id: the set of accounts is
+    /// the same, only the weighted first choice differs), else their only
+    /// active account.
     pub async fn route(
         &self,
         merchant_id: &str,
         route: &ConfirmOptions,
     ) -> Result<String, OrchestratorError> {
+        let routing = self.routing_for(merchant_id, route, None).await?;
+        let ineligible = self.ineligible_accounts(merchant_id).await?;
+        Ok(first_eligible(&routing.plan, &ineligible)?
+            .0
+            .connector_account
+            .clone())
+    }
+
+    /// How a new attempt of the payment is routed: the named account alone,
+    /// the hinted adapter's only active account alone, the merchant's routing
+    /// configuration's plan for this payment (`input`; without it, every
+    /// account the configuration names, for a check before the payment
+    /// exists), or the merchant's only active account.
+    pub(crate) async fn routing_for(
+        &self,
+        merchant_id: &str,
+        route: &ConfirmOptions,
+        input: Option<&RouteInput<'_>>,
+    ) -> Result<Routing, OrchestratorError> {
+        let stored = self.store().routing_config(merchant_id).await?;
+        let overrides = stored
+            .as_ref()
+            .map(|s| s.config.failure_overrides.clone())
+            .unwrap_or_default();
+        let single = |account: String, why: String| Routing {
+            plan: RoutingPlan {
+                entries: vec![PlanEntry {
+                    connector_account: account,
+                    rule: None,
+                    reason: why,
+                }],
+            },
+            overrides: overrides.clone(),
+            failover_window_ms: 0,
+        };
         if let Some(id) = &route.connector_account_id {
-            let account = match self
-                .store()
-                .get_connector_account(id, Some(merchant_id))
-                .await
-            {
-                Ok(account) => account,
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(RouteRefusal::UnknownAccount.into());
-                }
-                Err(error) => return Err(error.into()),
-            };
-            if account.status != "active" {
-                return Err(RouteRefusal::Disabled(account.id).into());
-            }
-            return Ok(account.id);
+            let account = self.named_account(merchant_id, id).await?;
+            return Ok(single(
+                account,
+                format!("connector account {id} named by the request"),
+            ));
         }
+        if let (None, Some(stored)) = (&route.adapter_hint, &stored) {
+            let plan = match input {
+                Some(input) => plan_route(&stored.config, input),
+                None => plan_any(&stored.config),
+            };
+            return Ok(Routing {
+                plan: RoutingPlan {
+                    entries: plan
+                        .entries
+                        .into_iter()
+                        .map(|e| PlanEntry {
+                            reason: format!("routing config v{}: {}", stored.version, e.reason),
+                            ..e
+                        })
+                        .collect(),
+                },
+                overrides,
+                failover_window_ms: stored.config.failover_window_ms,
+            });
+        }
+        let (account, why) = self.only_active(merchant_id, route).await?;
+        Ok(single(account, why))
+    }
+
+    async fn named_account(
+        &self,
+        merchant_id: &str,
+        id: &str,
+    ) -> Result<String, OrchestratorError> {
+        let account = match self
+            .store()
+            .get_connector_account(id, Some(merchant_id))
+            .await
+        {
+            Ok(account) => account,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(RouteRefusal::UnknownAccount.into());
+            }
+            Err(error) => return Err(error.into()),
+        };
+        if account.status != "active" {
+            return Err(RouteRefusal::Disabled(account.id).into());
+        }
+        Ok(account.id)
+    }
+
+    async fn only_active(
+        &self,
+        merchant_id: &str,
+        route: &ConfirmOptions,
+    ) -> Result<(String, String), OrchestratorError> {
         let hint = route.adapter_hint.as_ref();
         let candidates: Vec<_> = self
             .store()
@@ -172,11 +254,84 @@ impl Orchestrator {
             .collect();
         let by_adapter = hint.is_some();
         match candidates.as_slice() {
-            [one] => Ok(one.id.clone()),
+            [one] => Ok((
+                one.id.clone(),
+                match hint {
+                    Some(hint) => format!("the merchant's only active {hint} account"),
+                    None => "the merchant's only active account".to_owned(),
+                },
+            )),
             [] => Err(RouteRefusal::NoMatch { by_adapter }.into()),
             _ => Err(RouteRefusal::Ambiguous { by_adapter }.into()),
         }
     }
+
+    /// The eligibility filter of routing: the merchant's accounts that may not
+    /// take a new attempt now, with the reason (a disabled account). Queries
+    /// of attempts already at an account are never filtered.
+    pub(crate) async fn ineligible_accounts(
+        &self,
+        merchant_id: &str,
+    ) -> Result<BTreeMap<String, String>, OrchestratorError> {
+        Ok(self
+            .store()
+            .list_connector_accounts(merchant_id)
+            .await?
+            .into_iter()
+            .filter(|a| a.status != "active")
+            .map(|a| (a.id, format!("account is {}", a.status)))
+            .collect())
+    }
+}
+
+/// How a payment's attempts are routed (see [`Orchestrator::routing_for`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Routing {
+    pub plan: RoutingPlan,
+    pub overrides: Vec<FailureOverride>,
+    /// 0: no failover (a named account, a hint, the only account).
+    pub failover_window_ms: i64,
+}
+
+/// A plan over every account of the configuration, for the check before a
+/// payment exists: every rule's accounts, then the fallback.
+fn plan_any(config: &RoutingConfig) -> RoutingPlan {
+    let mut entries: Vec<PlanEntry> = Vec::new();
+    let rules = config.rules.iter().flat_map(|r| {
+        r.accounts
+            .iter()
+            .map(move |a| (a.connector_account.clone(), Some(r.id.clone())))
+    });
+    let fallback = config.fallback.iter().map(|a| (a.clone(), None));
+    for (account, rule) in rules.chain(fallback) {
+        if !entries.iter().any(|e| e.connector_account == account) {
+            entries.push(PlanEntry {
+                connector_account: account,
+                rule,
+                reason: "routing configuration".to_owned(),
+            });
+        }
+    }
+    RoutingPlan { entries }
+}
+
+/// Accounts routing passed over, with the reason.
+pub(crate) type Skipped = Vec<(String, String)>;
+
+/// The first account of the plan that may take a new attempt, and the ones
+/// skipped on the way with their reasons.
+pub(crate) fn first_eligible<'p>(
+    plan: &'p RoutingPlan,
+    ineligible: &BTreeMap<String, String>,
+) -> Result<(&'p PlanEntry, Skipped), RouteRefusal> {
+    let mut skipped = Vec::new();
+    for entry in &plan.entries {
+        match ineligible.get(&entry.connector_account) {
+            Some(why) => skipped.push((entry.connector_account.clone(), why.clone())),
+            None => return Ok((entry, skipped)),
+        }
+    }
+    Err(RouteRefusal::NoMatch { by_adapter: false })
 }
 
 /// Which stored parameters differ from a repeated create's (empty: same payment).

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::app::{notices_of, respond, Answer, App, Executed, Operation, Pending};
 use crate::config::Format;
-use crate::faults::{behaviour_for, CardOutcome, Transport};
+use crate::faults::{CardOutcome, Transport};
 use crate::idempotency::{Claim, SlotKey};
 use crate::model::{Happening, NewPayment, NewRefund, PayStatus, Payment, RefundStatus};
 use crate::notices::notices_for;
@@ -79,7 +79,11 @@ async fn create_payment(State(app): State<Arc<App>>, headers: HeaderMap, body: B
             idem.as_deref(),
             &value,
         )?;
-        let (outcome, transport) = behaviour_for(&new.payment_method);
+        let account = new
+            .merchant_account
+            .clone()
+            .unwrap_or_else(|| api_key.clone());
+        let (outcome, transport) = app.behaviour_at(&account, &new.payment_method);
         let op = Operation {
             transport,
             server_error: server_error(),

@@ -26,6 +26,9 @@ pub struct App {
     pub shutdown: watch::Receiver<bool>,
     /// Every lookup of a payment, with when it started and ended.
     pub queries: Mutex<Vec<QueryRecord>>,
+    /// Per account (API key, or Adyen merchant account): the decline every
+    /// otherwise approved payment gets there.
+    pub account_declines: Mutex<std::collections::BTreeMap<String, crate::faults::Decline>>,
 }
 
 /// One lookup of a payment (Stripe retrieve or search of a PaymentIntent):
@@ -258,6 +261,21 @@ impl App {
 
     pub fn find_refund(&self, id: &str) -> Option<Refund> {
         lock(&self.ledger).any_refund(id).cloned()
+    }
+
+    /// The behaviour of a new payment at an account: the token's, with the
+    /// account's decline applied (`faults::outcome_at_account`).
+    pub fn behaviour_at(
+        &self,
+        account: &str,
+        token: &str,
+    ) -> (crate::faults::CardOutcome, crate::faults::Transport) {
+        let (outcome, transport) = crate::faults::behaviour_for(token);
+        let decline = lock(&self.account_declines).get(account).copied();
+        (
+            crate::faults::outcome_at_account(outcome, decline),
+            transport,
+        )
     }
 
     pub fn accepts_key(&self, format: Format, key: &str) -> bool {

@@ -40,6 +40,11 @@ pub fn routes() -> Router<Arc<App>> {
             "/refund_behaviour",
             get(refund_behaviour).put(set_refund_behaviour),
         )
+        .route("/account_declines", get(account_declines))
+        .route(
+            "/account_declines/{account}",
+            put(set_account_decline).delete(clear_account_decline),
+        )
         .route("/settle_pending", post(settle_pending))
         .route("/wait_idle", post(wait_idle))
 }
@@ -188,6 +193,34 @@ async fn faults(State(app): State<Arc<App>>) -> Response {
 
 async fn set_faults(State(app): State<Arc<App>>, Json(faults): Json<DeliveryFaults>) -> Response {
     app.hub.set_faults(faults);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Serialize, Deserialize)]
+struct DeclineBody {
+    decline: crate::faults::Decline,
+}
+
+async fn account_declines(State(app): State<Arc<App>>) -> Response {
+    Json(lock(&app.account_declines).clone()).into_response()
+}
+
+/// Every otherwise approved new payment at this account (Stripe-format API
+/// key, Adyen-format merchant account) is declined with this decline.
+async fn set_account_decline(
+    State(app): State<Arc<App>>,
+    Path(account): Path<String>,
+    Json(body): Json<DeclineBody>,
+) -> Response {
+    lock(&app.account_declines).insert(account, body.decline);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn clear_account_decline(
+    State(app): State<Arc<App>>,
+    Path(account): Path<String>,
+) -> Response {
+    lock(&app.account_declines).remove(&account);
     StatusCode::NO_CONTENT.into_response()
 }
 

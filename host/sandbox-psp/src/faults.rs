@@ -11,21 +11,32 @@ pub enum CardOutcome {
     Pending,
 }
 
-/// A definitive decline, with each format's codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A definitive decline, with each format's codes. The last four are only
+/// ever set per account (`PUT /_sandbox/account_declines/{api_key}`), for
+/// routing tests and the demo: the same card declines at one account and
+/// not at another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decline {
     Generic,
     InsufficientFunds,
     /// The customer failed or abandoned 3-D Secure.
     AuthenticationFailed,
+    /// The issuer could not be reached.
+    IssuerUnavailable,
+    /// The processor behind the PSP failed.
+    ProcessingError,
+    StolenCard,
+    Fraud,
 }
 
 impl Decline {
     /// Stripe `error.code`.
     pub fn stripe_code(self) -> &'static str {
         match self {
-            Decline::Generic | Decline::InsufficientFunds => "card_declined",
             Decline::AuthenticationFailed => "payment_intent_authentication_failure",
+            Decline::ProcessingError => "processing_error",
+            _ => "card_declined",
         }
     }
 
@@ -34,7 +45,10 @@ impl Decline {
         match self {
             Decline::Generic => Some("generic_decline"),
             Decline::InsufficientFunds => Some("insufficient_funds"),
-            Decline::AuthenticationFailed => None,
+            Decline::AuthenticationFailed | Decline::ProcessingError => None,
+            Decline::IssuerUnavailable => Some("issuer_not_available"),
+            Decline::StolenCard => Some("stolen_card"),
+            Decline::Fraud => Some("fraudulent"),
         }
     }
 
@@ -45,6 +59,11 @@ impl Decline {
             Decline::AuthenticationFailed => {
                 "We are unable to authenticate your payment method. Please choose a different payment method and try again."
             }
+            Decline::IssuerUnavailable => "Your card was declined: the issuer is not available.",
+            Decline::ProcessingError => {
+                "An error occurred while processing your card. Try again in a little bit."
+            }
+            Decline::StolenCard | Decline::Fraud => "Your card was declined.",
         }
     }
 
@@ -54,6 +73,10 @@ impl Decline {
             Decline::Generic => "Refused",
             Decline::InsufficientFunds => "Not enough balance",
             Decline::AuthenticationFailed => "3D Not Authenticated",
+            Decline::IssuerUnavailable => "Issuer Unavailable",
+            Decline::ProcessingError => "Acquirer Error",
+            Decline::StolenCard => "Blocked Card",
+            Decline::Fraud => "FRAUD",
         }
     }
 
@@ -63,6 +86,10 @@ impl Decline {
             Decline::Generic => "2",
             Decline::InsufficientFunds => "12",
             Decline::AuthenticationFailed => "11",
+            Decline::IssuerUnavailable => "9",
+            Decline::ProcessingError => "4",
+            Decline::StolenCard => "5",
+            Decline::Fraud => "20",
         }
     }
 }
@@ -101,6 +128,18 @@ pub fn behaviour_for(token: &str) -> (CardOutcome, Transport) {
         }
         "pm_sluice_garbage" => (CardOutcome::Approve, Transport::Garbage),
         _ => (CardOutcome::Approve, Transport::Normal),
+    }
+}
+
+/// The card outcome at one account: the token's, unless the account has a
+/// decline set and the token would have been approved.
+pub fn outcome_at_account(
+    token_outcome: CardOutcome,
+    account_decline: Option<Decline>,
+) -> CardOutcome {
+    match (token_outcome, account_decline) {
+        (CardOutcome::Approve, Some(decline)) => CardOutcome::Decline(decline),
+        (outcome, _) => outcome,
     }
 }
 

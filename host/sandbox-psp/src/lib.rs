@@ -145,6 +145,7 @@ fn build(
         hub,
         shutdown,
         queries: Mutex::new(Vec::new()),
+        account_declines: Mutex::new(Default::default()),
     });
     let router = Router::new()
         .nest("/stripe", stripe::routes())
@@ -270,6 +271,17 @@ impl SandboxHandle {
 
     pub fn webhook_targets(&self) -> BTreeMap<String, WebhookTarget> {
         self.app.hub.targets()
+    }
+
+    /// Decline every otherwise approved new payment at this account (a
+    /// Stripe-format API key or an Adyen-format merchant account); None
+    /// clears it.
+    pub fn set_account_decline(&self, account: &str, decline: Option<faults::Decline>) {
+        let mut declines = lock(&self.app.account_declines);
+        match decline {
+            Some(decline) => declines.insert(account.to_owned(), decline),
+            None => declines.remove(account),
+        };
     }
 
     pub fn set_delivery_faults(&self, faults: DeliveryFaults) {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::app::{notices_of, respond, Answer, App, Executed, Operation, Pending, QueryRecord};
 use crate::config::Format;
-use crate::faults::{behaviour_for, CardOutcome, Transport};
+use crate::faults::{CardOutcome, Transport};
 use crate::idempotency::Claim;
 use crate::model::{
     Happening, NewPayment, NewRefund, PayStatus, Payment, Refund, RefundStatus, Refusal,
@@ -70,7 +70,7 @@ async fn create_payment_intent(
             idem.as_deref(),
             &form,
         )?;
-        let (outcome, transport) = behaviour_for(&new.payment_method);
+        let (outcome, transport) = app.behaviour_at(&api_key, &new.payment_method);
         let op = Operation {
             transport,
             server_error: api_error(),

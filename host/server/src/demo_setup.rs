@@ -1,7 +1,10 @@
 //! `sluice demo`: the gateway plus a built-in sandbox PSP and a demo merchant
-//! with one connector account per adapter, so a newcomer can try a payment
-//! with one curl.
+//! with one connector account per adapter and a second Stripe-format account,
+//! so a newcomer can try a payment with one curl; a routing rule sends EUR
+//! payments without `connector_account` to the first Stripe-format account and
+//! fails over to the second one on a cascadable decline (README).
 
+use sluice_core::{RouteConditions, RouteRule, RoutingConfig, WeightedAccount};
 use sluice_sandbox_psp::{
     Format, SandboxConfig, SandboxHandle, WebhookTarget, DEFAULT_ADYEN_API_KEY,
     DEFAULT_STRIPE_API_KEY,
@@ -13,6 +16,11 @@ const DEMO_STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_demo";
 /// The Adyen-format HMAC key (hex) the sandbox signs with in the demo.
 const DEMO_ADYEN_HMAC_KEY: &str =
     "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+
+/// The API key of the sandbox's second Stripe-format account.
+pub const DEMO_SECOND_STRIPE_API_KEY: &str = "sk_test_sluice_sandbox_b";
+/// Its webhook secret.
+const DEMO_SECOND_STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_demo_b";
 
 /// Why the demo could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +47,21 @@ pub async fn set_up(
     pepper: &ApiKeyPepper,
     gateway_url: &str,
 ) -> Result<DemoSetup, DemoError> {
-    let sandbox = sluice_sandbox_psp::start(SandboxConfig::default())
-        .await
-        .map_err(|e| DemoError::Sandbox(e.to_string()))?;
+    let sandbox = sluice_sandbox_psp::start(SandboxConfig {
+        stripe_api_keys: vec![
+            DEFAULT_STRIPE_API_KEY.to_owned(),
+            DEMO_SECOND_STRIPE_API_KEY.to_owned(),
+        ],
+        ..SandboxConfig::default()
+    })
+    .await
+    .map_err(|e| DemoError::Sandbox(e.to_string()))?;
     let merchant = store.create_merchant("Demo merchant").await?;
     let key = store.issue_api_key(&merchant.id, "demo", pepper).await?;
     let mut accounts = Vec::new();
-    for (adapter, base_url, api_key, secret, format) in [
+    for (name, adapter, base_url, api_key, secret, format) in [
         (
+            "stripe",
             "stripe",
             sandbox.base_url_stripe(),
             DEFAULT_STRIPE_API_KEY,
@@ -55,10 +70,19 @@ pub async fn set_up(
         ),
         (
             "adyen",
+            "adyen",
             sandbox.base_url_adyen(),
             DEFAULT_ADYEN_API_KEY,
             DEMO_ADYEN_HMAC_KEY,
             Format::Adyen,
+        ),
+        (
+            "stripe-b",
+            "stripe",
+            sandbox.base_url_stripe(),
+            DEMO_SECOND_STRIPE_API_KEY,
+            DEMO_SECOND_STRIPE_WEBHOOK_SECRET,
+            Format::Stripe,
         ),
     ] {
         let mut config = serde_json::json!({ "base_url": base_url });
@@ -69,13 +93,13 @@ pub async fn set_up(
             .create_connector_account(&NewConnectorAccount {
                 merchant_id: merchant.id.clone(),
                 adapter: adapter.into(),
-                label: format!("demo {adapter} (sandbox PSP)"),
+                label: format!("demo {name} (sandbox PSP)"),
                 config,
                 secrets: serde_json::json!({ "api_key": api_key, "webhook_secret": secret }),
             })
             .await?;
         sandbox.set_webhook_target(
-            adapter,
+            name,
             WebhookTarget {
                 url: format!("{gateway_url}/webhooks/{adapter}/{}", account.id),
                 secret: secret.into(),
@@ -83,14 +107,50 @@ pub async fn set_up(
                 api_key: Some(api_key.into()),
             },
         );
-        accounts.push((adapter.to_owned(), account.id));
+        accounts.push((name.to_owned(), account.id));
     }
+    store
+        .put_routing_config(&merchant.id, &demo_routing(&accounts))
+        .await?;
     Ok(DemoSetup {
         sandbox,
         merchant_id: merchant.id,
         api_key: key.plaintext,
         accounts,
     })
+}
+
+/// EUR payments without `connector_account` go to the first Stripe-format
+/// account; a cascadable decline there fails over to the second one.
+fn demo_routing(accounts: &[(String, String)]) -> RoutingConfig {
+    let id = |name: &str| {
+        accounts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| id.clone())
+            .unwrap_or_default()
+    };
+    RoutingConfig {
+        rules: vec![RouteRule {
+            id: "eur-cards".into(),
+            when: RouteConditions {
+                currencies: vec!["EUR".into()],
+                payment_method_types: vec!["card".into()],
+                ..RouteConditions::default()
+            },
+            accounts: vec![
+                WeightedAccount {
+                    connector_account: id("stripe"),
+                    weight: 1,
+                },
+                WeightedAccount {
+                    connector_account: id("stripe-b"),
+                    weight: 0,
+                },
+            ],
+        }],
+        ..RoutingConfig::default()
+    }
 }
 
 /// The part of the banner that shows how to pay.
@@ -113,6 +173,22 @@ pub fn payment_banner(gateway_url: &str, setup: &DemoSetup) -> String {
     out.push_str(&format!(
         "\nCreate and confirm a payment:\n  curl -s {gateway_url}/v1/payments \\\n    -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: demo-1' \\\n    -d '{{\"amount\": 1999, \"currency\": \"EUR\", \"merchant_order_no\": \"order-1\", \"capture_mode\": \"automatic\", \"connector_account\": \"{account}\", \"payment_method\": \"pm_card_visa\", \"confirm\": true}}'\n",
         setup.api_key
+    ));
+    out.push_str(&format!(
+        "\nRouting: EUR payments without connector_account go to {} and fail over to {} on a \
+         cascadable decline (try PUT {}/_sandbox/account_declines/{DEFAULT_STRIPE_API_KEY} \
+         with {{\"decline\": \"issuer_unavailable\"}}).\n",
+        setup
+            .accounts
+            .first()
+            .map(|(_, id)| id.as_str())
+            .unwrap_or("-"),
+        setup
+            .accounts
+            .last()
+            .map(|(_, id)| id.as_str())
+            .unwrap_or("-"),
+        setup.sandbox.base_url()
     ));
     out.push_str("\nOther test tokens: pm_card_chargeDeclined (decline), pm_sluice_commit_then_timeout (timeout that converges), pm_card_threeDSecureRequired (requires action).\n");
     out

@@ -31,6 +31,7 @@ pub mod outbox;
 pub mod payments;
 pub mod reserve;
 pub mod review;
+pub mod routing;
 pub mod secret_box;
 pub mod secrets;
 pub mod stats;
@@ -60,6 +61,7 @@ pub use payments::{
 pub use refusals::{NewScopeRefusal, RefusalSource, ScopeRefusal};
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};
 pub use review::{IssuedOperator, NewProposal, Operator, Proposal, ReviewError, ReviewOutcome};
+pub use routing::StoredRouting;
 pub use secret_box::{LocalSecretBox, MasterKey, SecretBox, SecretBoxError};
 pub use secrets::{ResealReport, SecretRotation};
 

@@ -180,6 +180,9 @@ pub struct NewAttempt {
     pub expires_at: Option<i64>,
     /// When the recovery scanner should first look at the attempt.
     pub next_retry_time: Option<i64>,
+    /// Why routing chose this connector account (rule, split, failover),
+    /// recorded in the attempt's creation history row.
+    pub route_reason: Option<String>,
 }
 
 /// A page of a cursor-paginated list; pass `next_cursor` back to continue.
@@ -754,6 +757,12 @@ impl Store {
             return Err(e);
         }
         let order_version = order.version + 1;
+        let created_reason = match &new.route_reason {
+            Some(route) => format!(
+                "attempt created with a stable reference before any PSP call; routed: {route}"
+            ),
+            None => "attempt created with a stable reference before any PSP call".to_owned(),
+        };
         for h in [
             NewHistory {
                 payment_id: &order.id,
@@ -781,7 +790,7 @@ impl Store {
                 amount_minor: Some(attempt.amount.amount_minor),
                 currency: Some(attempt.amount.currency.as_str()),
                 decision: "applied",
-                reason: "attempt created with a stable reference before any PSP call",
+                reason: &created_reason,
                 provenance: Some(provenance),
                 ..NewHistory::default()
             },

@@ -60,6 +60,13 @@ fn accounts(plan: &RoutingPlan) -> Vec<&str> {
 }
 
 #[test]
+fn a_default_configuration_and_an_empty_json_object_have_the_same_failover_window() {
+    let parsed: RoutingConfig = serde_json::from_str("{}").unwrap();
+    assert_eq!(parsed, RoutingConfig::default());
+    assert_eq!(parsed.failover_window_ms, DEFAULT_FAILOVER_WINDOW_MS);
+}
+
+#[test]
 fn the_first_rule_whose_conditions_hold_chooses_then_the_fallback_follows_each_account_once() {
     let none = BTreeMap::new();
     let plan = plan_route(&config(), &input("pay_1", eur(20_000), &none));

@@ -53,3 +53,56 @@ dual_test! {
         assert_eq!(listed["data"][0]["id"], m.id.as_str());
     }
 }
+
+dual_test! {
+    async fn a_routing_configuration_is_set_shown_and_routes_payments_that_name_no_account(gw) {
+        let m = gw.merchant("Acme").await;
+        let other = gw.merchant("Other").await;
+        let path = format!("/admin/merchants/{}/routing", m.id);
+        let empty = gw.admin_get(&path).await.expect(200).json();
+        assert_eq!((empty["version"].as_i64(), empty["config"]["rules"].as_array().map(Vec::len)), (Some(0), Some(0)));
+        let second = gw
+            .admin_post(
+                &format!("/admin/merchants/{}/connector_accounts", m.id),
+                &json!({"adapter": "test-well-behaved", "label": "second",
+                        "config": {"base_url": gw.psp.base_url()},
+                        "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}}),
+            )
+            .await
+            .expect(201)
+            .json()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // With two accounts and no routing, a payment must name one.
+        let mut body = crate::common::payment_body("route-0", 500);
+        body["confirm"] = json!(true);
+        gw.post(&m.key, "/v1/payments", &body).await.expect_error(409, "route_ambiguous");
+
+        let put = |config: serde_json::Value| {
+            gw.send(
+                gw.http
+                    .put(gw.url(&path))
+                    .header("authorization", format!("Bearer {}", crate::common::ADMIN_TOKEN))
+                    .header("content-type", "application/json")
+                    .body(config.to_string()),
+            )
+        };
+        let rule = |accounts: serde_json::Value| json!({"rules": [{"id": "eur", "when": {"currencies": ["EUR"]}, "accounts": accounts}]});
+        put(rule(json!([{"connector_account": other.account, "weight": 1}]))).await.expect_error(404, "resource_missing");
+        put(rule(json!([{"connector_account": second, "weight": 0}]))).await.expect_error(400, "routing_config_invalid");
+        let set = put(rule(json!([{"connector_account": second, "weight": 1}, {"connector_account": m.account, "weight": 0}])))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(set["version"], 1);
+        assert_eq!(set["config"]["failover_window_ms"], 60000);
+        assert_eq!(gw.admin_get(&path).await.expect(200).json(), set);
+
+        let created = gw.post(&m.key, "/v1/payments", &body).await.expect(201).json();
+        assert_eq!(created["attempts"][0]["connector_account"], second.as_str(), "{created}");
+        let id = created["id"].as_str().unwrap();
+        let timeline = gw.get(&m.key, &format!("/v1/payments/{id}/timeline")).await.expect(200).text();
+        assert!(timeline.contains("rule eur: weighted split"), "{timeline}");
+    }
+}

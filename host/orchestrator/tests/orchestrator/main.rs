@@ -4,6 +4,7 @@
 mod common;
 
 mod exfiltration;
+mod failover;
 mod money;
 mod payments;
 mod resend;

@@ -126,3 +126,37 @@ dual_test! {
         assert_eq!(details.amounts.amount_minor, 100);
     }
 }
+
+dual_test! {
+    async fn a_routing_configuration_is_stored_versioned_and_only_over_the_merchants_own_accounts(db) {
+        let store = &db.store;
+        let fx = Fixture::new(store).await;
+        let other = Fixture::new(store).await;
+        assert_eq!(store.routing_config(&fx.merchant.id).await.unwrap(), None);
+        let mut config = sluice_core::RoutingConfig {
+            rules: vec![sluice_core::RouteRule {
+                id: "eur".into(),
+                when: sluice_core::RouteConditions { currencies: vec!["EUR".into()], ..Default::default() },
+                accounts: vec![sluice_core::WeightedAccount { connector_account: fx.account.id.clone(), weight: 1 }],
+            }],
+            ..Default::default()
+        };
+        let first = store.put_routing_config(&fx.merchant.id, &config).await.unwrap();
+        assert_eq!((first.version, &first.config), (1, &config));
+        config.fallback = vec![fx.account.id.clone()];
+        let second = store.put_routing_config(&fx.merchant.id, &config).await.unwrap();
+        assert_eq!(second.version, 2);
+        assert_eq!(store.routing_config(&fx.merchant.id).await.unwrap().unwrap().config, config);
+
+        // Another merchant's account is refused, and so is a malformed configuration.
+        config.fallback = vec![other.account.id.clone()];
+        let refused = store.put_routing_config(&fx.merchant.id, &config).await.unwrap_err();
+        assert!(matches!(refused, StoreError::InvalidRequest(ref m) if m.contains(&other.account.id)), "{refused:?}");
+        config.fallback.clear();
+        config.rules[0].accounts[0].weight = 0;
+        assert!(matches!(store.put_routing_config(&fx.merchant.id, &config).await, Err(StoreError::InvalidRequest(_))));
+        assert_eq!(store.routing_config(&fx.merchant.id).await.unwrap().unwrap().version, 2, "nothing written");
+        assert_eq!(store.routing_config(&other.merchant.id).await.unwrap(), None);
+        assert!(matches!(store.put_routing_config("mer_nobody", &sluice_core::RoutingConfig::default()).await, Err(StoreError::NotFound { .. })));
+    }
+}

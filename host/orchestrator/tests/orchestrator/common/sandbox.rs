@@ -69,6 +69,10 @@ impl Psp {
     }
 }
 
+/// The sandbox's second Stripe-format account (an Adyen-format second account
+/// is a second merchant account under the same key).
+pub const SECOND_STRIPE_API_KEY: &str = "sk_test_sluice_second_account";
+
 /// Run one async end-to-end body for each PSP format on each database.
 #[macro_export]
 macro_rules! e2e_test {
@@ -171,6 +175,7 @@ impl E2e {
             slow_delay: Duration::from_millis(500),
             late_webhook_delay: Some(Duration::from_millis(500)),
             seed: Some(7),
+            stripe_api_keys: vec![DEFAULT_STRIPE_API_KEY.into(), SECOND_STRIPE_API_KEY.into()],
             retry: RetryPolicy {
                 max_attempts: 20,
                 backoff: Duration::from_millis(100),
@@ -240,6 +245,84 @@ impl E2e {
         };
         e2e.webhooks_on();
         e2e
+    }
+
+    /// Another connector account of the merchant at the same sandbox: its own
+    /// PSP account (`secret_key` None), or one whose credentials the PSP
+    /// refuses (`Some(wrong key)`). Returns it with the name the sandbox
+    /// knows the PSP account by (for `set_account_decline`).
+    pub async fn another_account(
+        &self,
+        label: &str,
+        wrong_key: Option<&str>,
+    ) -> (ConnectorAccount, String) {
+        let (base_url, mut config, key, psp_account) = match self.psp {
+            Psp::Stripe => (
+                self.sandbox.base_url_stripe(),
+                serde_json::json!({}),
+                SECOND_STRIPE_API_KEY,
+                SECOND_STRIPE_API_KEY.to_owned(),
+            ),
+            Psp::Adyen => {
+                let merchant_account = format!("SluiceE2E{label}");
+                (
+                    self.sandbox.base_url_adyen(),
+                    serde_json::json!({ "merchant_account": merchant_account }),
+                    DEFAULT_ADYEN_API_KEY,
+                    merchant_account,
+                )
+            }
+        };
+        config["base_url"] = serde_json::json!(base_url);
+        let account = self
+            .db
+            .store
+            .create_connector_account(&NewConnectorAccount {
+                merchant_id: self.merchant.id.clone(),
+                adapter: self.psp.adapter().into(),
+                label: label.into(),
+                config,
+                secrets: serde_json::json!({
+                    "api_key": wrong_key.unwrap_or(key),
+                    "webhook_secret": self.psp.webhook_secret(),
+                }),
+            })
+            .await
+            .expect("connector account");
+        (account, psp_account)
+    }
+
+    /// The name the sandbox knows the first account's PSP account by.
+    pub fn psp_account(&self) -> String {
+        match self.psp {
+            Psp::Stripe => DEFAULT_STRIPE_API_KEY.to_owned(),
+            Psp::Adyen => "SluiceE2E".to_owned(),
+        }
+    }
+
+    /// Route every payment of the merchant to these accounts, in this order
+    /// (the first takes all first attempts).
+    pub async fn route_in_order(&self, accounts: &[&ConnectorAccount]) {
+        let config = sluice_core::RoutingConfig {
+            rules: vec![sluice_core::RouteRule {
+                id: "all".into(),
+                when: Default::default(),
+                accounts: accounts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| sluice_core::WeightedAccount {
+                        connector_account: a.id.clone(),
+                        weight: u32::from(i == 0),
+                    })
+                    .collect(),
+            }],
+            ..Default::default()
+        };
+        self.db
+            .store
+            .put_routing_config(&self.merchant.id, &config)
+            .await
+            .expect("routing config");
     }
 
     /// Let the sandbox deliver its webhooks to the gateway's route.
