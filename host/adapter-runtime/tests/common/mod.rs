@@ -13,33 +13,9 @@ use std::sync::{Arc, OnceLock};
 pub const NOW_MILLIS: i64 = 1_800_000_000_000;
 pub const NOW_SECS: i64 = NOW_MILLIS / 1000;
 
-/// Directory holding `<crate-dir-name>.wasm` for every adapter under `adapters/`.
-pub fn adapters_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SLUICE_TEST_ADAPTERS_DIR") {
-        return PathBuf::from(dir);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("adapters")
-}
-
-pub fn adapter_path(name: &str) -> PathBuf {
-    adapters_dir().join(format!("{name}.wasm"))
-}
-
-/// The compiled component of adapter `name`; fails the test with what to run if missing.
-pub fn adapter_bytes(name: &str) -> Vec<u8> {
-    let path = adapter_path(name);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the compiled test adapter {} ({e}). Build the adapters first: \
-             `cargo xtask build-adapters` (or set SLUICE_TEST_ADAPTERS_DIR to a directory \
-             holding <adapter-dir-name>.wasm)",
-            path.display()
-        )
-    })
-}
+// Each test binary includes this module and uses a different part of it.
+#[allow(unused_imports)]
+pub use sluice_test_support::adapters::{adapter_bytes, adapter_path, adapters_dir};
 
 /// A compile cache shared by the tests of one binary, so each component compiles once.
 pub fn shared_cache_dir() -> PathBuf {

@@ -56,7 +56,7 @@ async fn require_token(
 }
 
 dual_test! {
-    async fn admin_routes_create_and_list_endpoints_list_dead_letters_and_replay_them(db) {
+    async fn admin_routes_create_and_list_endpoints_list_dead_letters_and_replay_them(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let router = admin_router(DeliveryAdmin::new(store.clone(), EndpointPolicy { allow_http: true }))
@@ -126,7 +126,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn out_of_range_limits_non_json_bodies_and_bad_descriptions_are_refused_with_the_json_error_shape(db) {
+    async fn out_of_range_limits_non_json_bodies_and_bad_descriptions_are_refused_with_the_json_error_shape(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let router = admin_router(DeliveryAdmin::new(store.clone(), EndpointPolicy { allow_http: true }));

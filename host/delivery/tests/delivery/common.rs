@@ -5,268 +5,50 @@
 use async_nats::jetstream;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
-use sluice_core::{CaptureMode, Currency, EventKind, EvidenceSource, Money, PaymentEvent};
+use sluice_core::{EventKind, EvidenceSource};
 use sluice_delivery::{
     create_endpoint, CreatedEndpoint, DeliveryMetrics, EndpointPolicy, NatsSinkConfig,
     NewWebhookEndpoint, Publisher, PublisherConfig, PublisherHooks,
 };
 pub use sluice_store::Clock as _;
-use sluice_store::{
-    ApplyEvent, Backend, Clock, ConnectorAccount, EventTarget, ManualClock, Merchant, NewAttempt,
-    NewConnectorAccount, NewPayment, PaymentOrder, Provenance, RefundRequest, Store, StoreOptions,
-    SystemClock,
-};
-use sqlx::Connection;
+use sluice_store::{Backend, ManualClock, PaymentOrder, RefundRequest, Store};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
-/// A migrated store on a throwaway database, dropped afterwards.
-pub struct TestDb {
-    pub store: Store,
-    pub backend: Backend,
-    /// The store's clock (and so the publisher's): moves only when told.
-    pub clock: ManualClock,
-    sqlite_dir: Option<tempfile::TempDir>,
-    pg: Option<(String, String)>,
+/// The delivery tests' database: the store's clock (and so the publisher's)
+/// moves only when told.
+pub type TestDb = sluice_test_support::TestDb<ManualClock>;
+/// What `dual_test!` hands each body.
+pub type TestSubject = TestDb;
+
+pub async fn test_subject(backend: Backend) -> TestDb {
+    TestDb::open(backend).await
 }
 
-/// Run one async test body against both backends (two `#[tokio::test]`s).
-#[macro_export]
-macro_rules! dual_test {
-    ($(#[$meta:meta])* async fn $name:ident($db:ident) $body:block) => {
-        $(#[$meta])*
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            async fn run($db: &$crate::common::TestDb) $body
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_sqlite() {
-                let db = $crate::common::TestDb::sqlite().await;
-                run(&db).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_postgres() {
-                let db = $crate::common::TestDb::postgres().await;
-                run(&db).await;
-            }
-        }
-    };
-}
-
-impl TestDb {
-    pub async fn sqlite() -> TestDb {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}/sluice.db", dir.path().display());
-        let clock = ManualClock::new(SystemClock.now_ms());
-        let store = Store::connect_with(&url, options(&clock))
-            .await
-            .expect("open SQLite store");
-        store.migrate().await.expect("migrate SQLite");
-        TestDb {
-            store,
-            backend: Backend::Sqlite,
-            clock,
-            sqlite_dir: Some(dir),
-            pg: None,
-        }
-    }
-
-    pub async fn postgres() -> TestDb {
-        sqlx::any::install_default_drivers();
-        let admin_url =
-            std::env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into());
-        let mut admin = sqlx::AnyConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "PostgreSQL is required by the delivery tests and is unreachable at {admin_url}: {e}. \
-                     Start PostgreSQL or point SLUICE_TEST_DATABASE_URL at one."
-                )
-            });
-        let name = format!("sluice_test_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let url = database_url(&admin_url, &name);
-        let clock = ManualClock::new(SystemClock.now_ms());
-        let store = Store::connect_with(&url, options(&clock))
-            .await
-            .expect("open PostgreSQL store");
-        store.migrate().await.expect("migrate PostgreSQL");
-        TestDb {
-            store,
-            backend: Backend::Postgres,
-            clock,
-            sqlite_dir: None,
-            pg: Some((admin_url, name)),
-        }
-    }
-
-    /// A second, independent store on the same database (another "instance").
-    pub async fn second_store(&self) -> Store {
-        let url = match (&self.pg, &self.sqlite_dir) {
-            (Some((admin_url, name)), _) => database_url(admin_url, name),
-            (None, Some(dir)) => format!("sqlite://{}/sluice.db", dir.path().display()),
-            (None, None) => unreachable!("a test database is SQLite or PostgreSQL"),
-        };
-        Store::connect_with(&url, options(&self.clock))
-            .await
-            .expect("second store")
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let Some((admin_url, name)) = self.pg.take() else {
-            return;
-        };
-        // No async drop: drop the database from a helper thread with its own runtime.
-        let dropper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(mut admin) = sqlx::AnyConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        });
-        let _ = dropper.join();
-    }
-}
-
-fn options(clock: &ManualClock) -> StoreOptions {
-    StoreOptions {
-        clock: Arc::new(clock.clone()),
-        ..StoreOptions::default()
-    }
-}
-
-fn database_url(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (admin_url, None),
-    };
-    let prefix = match base.rsplit_once('/') {
-        Some((prefix, _)) if prefix.contains("://") && prefix.len() > "postgres://".len() => prefix,
-        _ => base,
-    };
-    match query {
-        Some(q) => format!("{prefix}/{name}?{q}"),
-        None => format!("{prefix}/{name}"),
-    }
-}
-
-pub fn eur(amount_minor: i64) -> Money {
-    Money {
-        amount_minor,
-        currency: Currency::parse("EUR").expect("EUR"),
-    }
-}
-
-pub fn sys() -> Provenance {
-    Provenance::actor("system:test").with_trace("trace-delivery-test")
-}
-
-fn adapter_provenance() -> Provenance {
-    Provenance::adapter("sandbox", "0.1.0", "sha256:abc").with_trace("trace-delivery-test")
-}
-
-fn event(kind: EventKind) -> PaymentEvent {
-    let mut ev = PaymentEvent::new(kind, EvidenceSource::SyncResponse);
-    ev.raw_status = kind.as_str().to_lowercase();
-    ev
-}
-
-fn apply(target: EventTarget, event: PaymentEvent) -> ApplyEvent {
-    ApplyEvent {
-        target,
-        event,
-        provenance: adapter_provenance(),
-        inbox_id: None,
-        next_retry_time: None,
-    }
-}
+pub use sluice_test_support::door::{count, eur, event, on_refund, sys, Shop};
 
 /// A merchant with one connector account; payments made through the door.
-pub struct Fixture {
-    pub merchant: Merchant,
-    pub account: ConnectorAccount,
+pub struct Fixture(Shop);
+
+impl std::ops::Deref for Fixture {
+    type Target = Shop;
+    fn deref(&self) -> &Shop {
+        &self.0
+    }
 }
 
 impl Fixture {
     pub async fn new(store: &Store, name: &str) -> Fixture {
-        let merchant = store.create_merchant(name).await.expect("merchant");
-        let account = store
-            .create_connector_account(&NewConnectorAccount {
-                merchant_id: merchant.id.clone(),
-                adapter: "sandbox".into(),
-                label: "main".into(),
-                config: serde_json::json!({"base_url": "http://127.0.0.1:9"}),
-                secrets: serde_json::json!({"api_key": "sk_test_secret"}),
-            })
-            .await
-            .expect("connector account");
-        Fixture { merchant, account }
+        Fixture(Shop::new(store, name).await)
     }
 
     /// A succeeded payment: one outbox event, `payment.succeeded`.
     pub async fn succeeded(&self, store: &Store, order_no: &str, amount: i64) -> PaymentOrder {
-        let payment = store
-            .create_payment(
-                &NewPayment {
-                    merchant_id: self.merchant.id.clone(),
-                    merchant_order_no: order_no.into(),
-                    amount: eur(amount),
-                    capture_mode: CaptureMode::Automatic,
-                    payment_method_token: Some("pm_card_visa".into()),
-                    return_url: None,
-                    description: None,
-                    metadata: serde_json::json!({}),
-                    fulfillment: Default::default(),
-                },
-                &sys(),
-            )
-            .await
-            .expect("payment");
-        let attempt = store
-            .create_attempt(
-                &NewAttempt {
-                    payment_id: payment.id.clone(),
-                    connector_account_id: self.account.id.clone(),
-                    ..NewAttempt::default()
-                },
-                &sys(),
-            )
-            .await
-            .expect("attempt");
-        let target = EventTarget::Attempt(attempt.reference.clone());
-        store
-            .apply_event(&apply(target.clone(), event(EventKind::AttemptSubmitted)))
-            .await
-            .expect("submitted");
-        let mut ok = event(EventKind::PaymentSucceeded);
-        ok.psp_reference = Some(format!("pi_{order_no}"));
-        store
-            .apply_event(&apply(target, ok))
-            .await
-            .expect("succeeded");
-        payment
+        self.0.succeeded(store, order_no, amount).await.0
     }
 
     /// A succeeded payment refunded in part: three outbox events in version
@@ -286,11 +68,11 @@ impl Fixture {
             )
             .await
             .expect("refund reserved");
-        let mut ok = event(EventKind::RefundSucceeded);
+        let mut ok = event(EventKind::RefundSucceeded, EvidenceSource::SyncResponse);
         ok.psp_reference = Some(format!("re_{order_no}"));
         ok.amount = Some(eur(30));
         store
-            .apply_event(&apply(EventTarget::Refund(refund.record.reference), ok))
+            .apply_event(&on_refund(&refund.record.reference, ok))
             .await
             .expect("refund succeeded");
         payment
@@ -316,17 +98,6 @@ impl Fixture {
         .await
         .expect("endpoint")
     }
-}
-
-/// Count rows with a raw read-only query.
-pub async fn count(store: &Store, sql: &str, arg: &str) -> i64 {
-    use sqlx::Row;
-    let row = sqlx::query(sql)
-        .bind(arg)
-        .fetch_one(store.pool())
-        .await
-        .expect("count query");
-    row.try_get::<i64, _>(0).expect("count")
 }
 
 /// Every outbox event id, in write order.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 const PAYMENTS: usize = 30;
 
 dual_test! {
-    async fn two_publishers_at_once_deliver_every_event_at_least_once_and_count_the_duplicates(db) {
+    async fn two_publishers_at_once_deliver_every_event_at_least_once_and_count_the_duplicates(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;

@@ -29,7 +29,7 @@ fn crash_once_after(sink: Sink) -> (PublisherHooks, Arc<AtomicBool>) {
 }
 
 dual_test! {
-    async fn a_crash_after_the_http_send_and_before_the_mark_resends_the_same_event_id_after_the_lease(db) {
+    async fn a_crash_after_the_http_send_and_before_the_mark_resends_the_same_event_id_after_the_lease(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -70,7 +70,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_event_published_twice_is_one_message_in_the_stream_because_jetstream_dedupes_on_nats_msg_id(db) {
+    async fn the_same_event_published_twice_is_one_message_in_the_stream_because_jetstream_dedupes_on_nats_msg_id(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         fx.succeeded(store, "CR-N", 100).await;

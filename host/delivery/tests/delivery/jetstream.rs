@@ -8,7 +8,7 @@ use sluice_delivery::{
 use std::time::{Duration, Instant};
 
 dual_test! {
-    async fn events_are_published_on_a_subject_per_event_type_with_the_event_id_as_nats_msg_id(db) {
+    async fn events_are_published_on_a_subject_per_event_type_with_the_event_id_as_nats_msg_id(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let payment = fx.refunded(store, "NA-1").await;
@@ -38,7 +38,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn nats_down_does_not_block_webhooks_and_its_deliveries_wait_without_spending_tries(db) {
+    async fn nats_down_does_not_block_webhooks_and_its_deliveries_wait_without_spending_tries(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -84,7 +84,7 @@ fn publisher_for_stream(
 }
 
 dual_test! {
-    async fn a_failing_webhook_endpoint_does_not_hold_back_jetstream(db) {
+    async fn a_failing_webhook_endpoint_does_not_hold_back_jetstream(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -103,7 +103,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_nats_server_that_never_answers_does_not_delay_webhooks_while_the_publisher_runs(db) {
+    async fn a_nats_server_that_never_answers_does_not_delay_webhooks_while_the_publisher_runs(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;

@@ -3,6 +3,8 @@
 //! are failures, never skips.
 
 #[macro_use]
+extern crate sluice_test_support;
+
 pub mod common;
 
 mod admin;

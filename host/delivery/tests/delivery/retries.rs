@@ -30,7 +30,7 @@ fn the_production_publisher_uses_the_cores_schedule_which_spans_more_than_three_
 }
 
 dual_test! {
-    async fn a_failing_endpoint_is_retried_on_the_production_schedule_for_over_three_days_then_dead_lettered_and_replayable(db) {
+    async fn a_failing_endpoint_is_retried_on_the_production_schedule_for_over_three_days_then_dead_lettered_and_replayable(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -101,7 +101,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_unreachable_endpoint_is_a_failed_try_with_the_transport_error_recorded(db) {
+    async fn an_unreachable_endpoint_is_a_failed_try_with_the_transport_error_recorded(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let port = closed_port().await;

@@ -29,7 +29,7 @@ fn merchant_verifies(secret: &str, header: &str, body: &[u8]) -> bool {
 }
 
 dual_test! {
-    async fn a_succeeded_payment_reaches_the_merchant_signed_with_the_endpoint_secret_and_its_stable_event_id(db) {
+    async fn a_succeeded_payment_reaches_the_merchant_signed_with_the_endpoint_secret_and_its_stable_event_id(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -84,7 +84,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn events_reach_only_the_merchants_own_enabled_endpoints_whose_event_types_match(db) {
+    async fn events_reach_only_the_merchants_own_enabled_endpoints_whose_event_types_match(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let other = Fixture::new(store, "Other").await;
@@ -113,7 +113,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_payments_events_reach_an_endpoint_in_version_order_even_when_the_first_must_be_retried(db) {
+    async fn a_payments_events_reach_an_endpoint_in_version_order_even_when_the_first_must_be_retried(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -146,7 +146,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn order_yields_after_the_hold_attempts_so_one_refused_event_does_not_block_its_payment_for_days(db) {
+    async fn order_yields_after_the_hold_attempts_so_one_refused_event_does_not_block_its_payment_for_days(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -179,7 +179,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn fanning_out_the_same_event_twice_creates_its_deliveries_once(db) {
+    async fn fanning_out_the_same_event_twice_creates_its_deliveries_once(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -201,7 +201,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_lag_gauges_report_the_age_of_the_oldest_event_not_yet_delivered(db) {
+    async fn the_lag_gauges_report_the_age_of_the_oldest_event_not_yet_delivered(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;
@@ -228,7 +228,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_later_event_fanned_out_first_by_another_instance_waits_for_the_earlier_one(db) {
+    async fn a_later_event_fanned_out_first_by_another_instance_waits_for_the_earlier_one(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let merchant = TestMerchant::start().await;

@@ -4,7 +4,7 @@ use crate::common::{API_KEY, WEBHOOK_SECRET};
 use serde_json::json;
 
 dual_test! {
-    async fn the_admin_api_needs_the_admin_token(gw) {
+    async fn the_admin_api_needs_the_admin_token(&gw) {
         let refused = gw
             .send(gw.http.post(gw.url("/admin/merchants")).header("content-type", "application/json").body(r#"{"name":"x"}"#))
             .await;
@@ -14,7 +14,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn api_keys_are_shown_once_and_connector_secrets_never(gw) {
+    async fn api_keys_are_shown_once_and_connector_secrets_never(&gw) {
         let m = gw.merchant("Acme").await;
         assert!(m.key.starts_with("sk_sluice_"));
         let keys = gw.admin_get(&format!("/admin/merchants/{}/api_keys", m.id)).await.expect(200);
@@ -55,7 +55,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_routing_configuration_is_set_shown_and_routes_payments_that_name_no_account(gw) {
+    async fn a_routing_configuration_is_set_shown_and_routes_payments_that_name_no_account(&gw) {
         let m = gw.merchant("Acme").await;
         let other = gw.merchant("Other").await;
         let path = format!("/admin/merchants/{}/routing", m.id);

@@ -4,7 +4,7 @@ use crate::common::*;
 use serde_json::json;
 
 dual_test! {
-    async fn requests_without_a_valid_key_are_refused_with_401(gw) {
+    async fn requests_without_a_valid_key_are_refused_with_401(&gw) {
         let m = gw.merchant("Acme").await;
         let no_header = gw.send(gw.http.get(gw.url("/v1/payments"))).await;
         no_header.expect_error(401, "api_key_missing");
@@ -24,7 +24,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_revoked_key_is_refused_with_401_and_other_keys_keep_working(gw) {
+    async fn a_revoked_key_is_refused_with_401_and_other_keys_keep_working(&gw) {
         let m = gw.merchant("Acme").await;
         let second = gw
             .admin_post(&format!("/admin/merchants/{}/api_keys", m.id), &json!({}))
@@ -47,7 +47,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn another_merchants_payment_and_refund_read_exactly_like_missing_ones(gw) {
+    async fn another_merchants_payment_and_refund_read_exactly_like_missing_ones(&gw) {
         let acme = gw.merchant("Acme").await;
         let globex = gw.merchant("Globex").await;
         let created = gw.post(&acme.key, "/v1/payments", &payment_body("o-1", 100)).await.expect(201).json();

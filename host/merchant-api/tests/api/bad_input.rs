@@ -309,7 +309,7 @@ fn cases() -> Vec<Case> {
 }
 
 dual_test! {
-    async fn every_bad_create_input_is_a_4xx_in_the_error_shape_and_writes_nothing(gw) {
+    async fn every_bad_create_input_is_a_4xx_in_the_error_shape_and_writes_nothing(&gw) {
         let m = gw.merchant("Acme").await;
         let history_before = gw.count("state_history").await;
         for (i, (what, body, content_type, status, code, param)) in cases().into_iter().enumerate() {
@@ -334,7 +334,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn unknown_routes_and_methods_are_not_served_as_success(gw) {
+    async fn unknown_routes_and_methods_are_not_served_as_success(&gw) {
         let m = gw.merchant("Acme").await;
         let p = gw.post(&m.key, "/v1/payments", &payment_body("o-1", 100)).await.expect(201).json();
         let id = p["id"].as_str().unwrap();
@@ -347,7 +347,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_integer_written_with_a_zero_fraction_is_that_integer(gw) {
+    async fn an_integer_written_with_a_zero_fraction_is_that_integer(&gw) {
         // JSON Schema's `integer`, which the OpenAPI document promises, includes 100.0.
         let m = gw.merchant("Acme").await;
         let mut body = payment_body("order-float", 100);
@@ -363,7 +363,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_fulfillment_endpoint_secret_is_measured_in_characters_like_every_text(gw) {
+    async fn a_fulfillment_endpoint_secret_is_measured_in_characters_like_every_text(&gw) {
         let m = gw.merchant("Acme").await;
         let path = format!("/admin/merchants/{}/fulfillment_endpoint", m.id);
         let put = |secret: String| {
@@ -386,7 +386,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_well_formed_request_the_current_state_refuses_is_a_409_and_changes_nothing(gw) {
+    async fn a_well_formed_request_the_current_state_refuses_is_a_409_and_changes_nothing(&gw) {
         let m = gw.merchant("Acme").await;
         gw.admin_post(
             &format!("/admin/merchants/{}/connector_accounts", m.id),

@@ -25,7 +25,8 @@ use sluice_store::Clock as _;
 use tokio::sync::watch;
 
 use crate::common::{
-    adapters_dir, eventually, orchestrator_config, pepper, Reply, TestDb, ADMIN_TOKEN,
+    adapters_dir, eventually, orchestrator_config, pepper, test_db, Backend, Reply, TestDb,
+    ADMIN_TOKEN,
 };
 
 const STRIPE_WEBHOOK_SECRET: &str = "whsec_sluice_fulfillment_tests";
@@ -117,12 +118,12 @@ macro_rules! shop_test {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn on_sqlite() {
-                run(&Shop::open(TestDb::sqlite().await).await).await;
+                run(&Shop::open(test_db(Backend::Sqlite).await).await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn on_postgres() {
-                run(&Shop::open(TestDb::postgres().await).await).await;
+                run(&Shop::open(test_db(Backend::Postgres).await).await).await;
             }
         }
     };

@@ -6,7 +6,7 @@ use sluice_merchant_api::idempotency::fingerprint;
 use sluice_store::IdempotencyBegin;
 
 dual_test! {
-    async fn a_retry_with_the_same_key_replays_the_first_response_byte_for_byte(gw) {
+    async fn a_retry_with_the_same_key_replays_the_first_response_byte_for_byte(&gw) {
         let m = gw.merchant("Acme").await;
         let body = payment_body("order-1", 500);
         let first = gw.post_idem(&m.key, "key-1", "/v1/payments", &body).await.expect(201);
@@ -38,7 +38,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_error_raised_after_execution_began_is_stored_and_replayed(gw) {
+    async fn an_error_raised_after_execution_began_is_stored_and_replayed(&gw) {
         let m = gw.merchant("Acme").await;
         gw.post(&m.key, "/v1/payments", &payment_body("order-1", 500)).await.expect(201);
         let conflicting = payment_body("order-1", 999);
@@ -51,7 +51,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_key_with_other_parameters_is_an_idempotency_error(gw) {
+    async fn the_same_key_with_other_parameters_is_an_idempotency_error(&gw) {
         let m = gw.merchant("Acme").await;
         let first = gw.post_idem(&m.key, "key-1", "/v1/payments", &payment_body("order-1", 500)).await.expect(201);
         let other = gw.post_idem(&m.key, "key-1", "/v1/payments", &payment_body("order-2", 500)).await;
@@ -65,7 +65,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_key_while_the_first_request_runs_is_409_in_use_until_its_lease_ends(gw) {
+    async fn the_same_key_while_the_first_request_runs_is_409_in_use_until_its_lease_ends(&gw) {
         let m = gw.merchant("Acme").await;
         let body = payment_body("order-1", 500);
         // Another instance is running this very request: it holds the key.
@@ -88,7 +88,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn keys_are_scoped_to_the_merchant_and_the_endpoint(gw) {
+    async fn keys_are_scoped_to_the_merchant_and_the_endpoint(&gw) {
         let acme = gw.merchant("Acme").await;
         let globex = gw.merchant("Globex").await;
         let body = payment_body("order-1", 500);
@@ -100,7 +100,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_request_refused_before_execution_does_not_burn_its_key(gw) {
+    async fn a_request_refused_before_execution_does_not_burn_its_key(&gw) {
         let m = gw.merchant("Acme").await;
         let mut bad = payment_body("order-1", 500);
         bad["currency"] = json!("XYZ");
@@ -117,7 +117,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn keys_older_than_a_day_are_pruned_and_younger_ones_kept(gw) {
+    async fn keys_older_than_a_day_are_pruned_and_younger_ones_kept(&gw) {
         let m = gw.merchant("Acme").await;
         gw.post_idem(&m.key, "old", "/v1/payments", &payment_body("order-1", 500)).await.expect(201);
         gw.db.clock.advance(23 * 3600 * 1000);
@@ -312,31 +312,31 @@ async fn a_retry_after_a_crash_moves_money_once(gw: &Gateway, what: MoneyMove, d
 }
 
 dual_test! {
-    async fn a_refund_retried_after_a_crash_past_its_psp_call_is_not_refunded_twice(gw) {
+    async fn a_refund_retried_after_a_crash_past_its_psp_call_is_not_refunded_twice(&gw) {
         a_retry_after_a_crash_moves_money_once(gw, MoneyMove::Refund, DiedAfter::PspCall).await;
     }
 }
 
 dual_test! {
-    async fn a_refund_retried_after_a_crash_past_its_reservation_reserves_once_and_refunds_once(gw) {
+    async fn a_refund_retried_after_a_crash_past_its_reservation_reserves_once_and_refunds_once(&gw) {
         a_retry_after_a_crash_moves_money_once(gw, MoneyMove::Refund, DiedAfter::Reservation).await;
     }
 }
 
 dual_test! {
-    async fn a_capture_retried_after_a_crash_past_its_psp_call_is_not_captured_twice(gw) {
+    async fn a_capture_retried_after_a_crash_past_its_psp_call_is_not_captured_twice(&gw) {
         a_retry_after_a_crash_moves_money_once(gw, MoneyMove::Capture, DiedAfter::PspCall).await;
     }
 }
 
 dual_test! {
-    async fn a_capture_retried_after_a_crash_past_its_reservation_reserves_once_and_captures_once(gw) {
+    async fn a_capture_retried_after_a_crash_past_its_reservation_reserves_once_and_captures_once(&gw) {
         a_retry_after_a_crash_moves_money_once(gw, MoneyMove::Capture, DiedAfter::Reservation).await;
     }
 }
 
 dual_test! {
-    async fn a_keyed_refund_of_everything_retried_after_a_crash_is_the_same_refund(gw) {
+    async fn a_keyed_refund_of_everything_retried_after_a_crash_is_the_same_refund(&gw) {
         let m = gw.merchant("Acme").await;
         let payment_id = crate::operations::paid(gw, &m, "crash-all", 1000, "automatic").await;
         let path = MoneyMove::Refund.path(&payment_id);

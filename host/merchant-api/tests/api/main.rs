@@ -2,6 +2,8 @@
 //! `<name>::on_sqlite` and `<name>::on_postgres`.
 
 #[macro_use]
+extern crate sluice_test_support;
+
 pub mod common;
 
 mod admin;

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 #[tokio::test]
 async fn the_served_openapi_document_describes_the_merchant_api() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let served = gw
         .send(gw.http.get(gw.url("/openapi.json")))
         .await
@@ -64,7 +64,7 @@ fn property<'a>(doc: &'a Value, schema: &str, field: &str) -> &'a Value {
 
 #[tokio::test]
 async fn the_review_queue_takes_its_filters_from_the_query_string() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let op = &doc["paths"]["/admin/review/payments"]["get"];
     for (name, minimum, maximum) in [("unknown_older_than_ms", 0, None), ("limit", 1, Some(100))] {
@@ -86,7 +86,7 @@ async fn the_review_queue_takes_its_filters_from_the_query_string() {
 
 #[tokio::test]
 async fn the_review_routes_need_the_operator_key_together_with_the_admin_token() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let scheme = &doc["components"]["securitySchemes"]["operator_key"];
     assert_eq!(scheme["type"], "apiKey", "{scheme}");
@@ -108,7 +108,7 @@ async fn the_review_routes_need_the_operator_key_together_with_the_admin_token()
 
 #[tokio::test]
 async fn every_post_under_v1_declares_the_idempotency_key_format_the_server_enforces() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let m = gw.merchant("Acme").await;
     let payment = gw
@@ -151,7 +151,7 @@ async fn every_post_under_v1_declares_the_idempotency_key_format_the_server_enfo
 
 #[tokio::test]
 async fn every_body_the_document_requires_is_refused_when_missing_and_no_other() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let m = gw.merchant("Acme").await;
     let payment = gw
@@ -216,7 +216,7 @@ async fn every_body_the_document_requires_is_refused_when_missing_and_no_other()
 
 #[tokio::test]
 async fn every_bound_the_server_checks_is_stated_in_the_document() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let amount = property(&doc, "CreatePaymentRequest", "amount");
     assert_eq!(amount["minimum"], 1);
@@ -302,7 +302,7 @@ async fn every_bound_the_server_checks_is_stated_in_the_document() {
 
 #[tokio::test]
 async fn every_operation_declares_the_errors_its_layers_answer_with() {
-    let gw = Gateway::start(TestDb::sqlite().await).await;
+    let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     for (method, path, op) in operations(&doc) {
         let responses = &op["responses"];

@@ -40,7 +40,7 @@ pub(crate) async fn paid(
 }
 
 dual_test! {
-    async fn a_confirmed_payment_succeeds_with_one_charge_and_its_evidence_in_the_timeline(gw) {
+    async fn a_confirmed_payment_succeeds_with_one_charge_and_its_evidence_in_the_timeline(&gw) {
         let m = gw.merchant("Acme").await;
         let p = gw.post(&m.key, "/v1/payments", &confirmed("happy-1", 1000, "automatic", &m.account)).await.expect(201).json();
         assert_eq!(p["status"], "succeeded", "{p}");
@@ -77,7 +77,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_decline_is_failed_and_a_new_confirm_with_other_details_may_succeed(gw) {
+    async fn a_decline_is_failed_and_a_new_confirm_with_other_details_may_succeed(&gw) {
         let m = gw.merchant("Acme").await;
         gw.psp.set_mode(PspRoute::Payments, Mode::Decline);
         let p = gw.post(&m.key, "/v1/payments", &confirmed("decl-1", 500, "automatic", &m.account)).await.expect(201).json();
@@ -98,7 +98,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_timeout_after_commit_is_processing_never_failed_and_a_new_attempt_is_refused(gw) {
+    async fn a_timeout_after_commit_is_processing_never_failed_and_a_new_attempt_is_refused(&gw) {
         let m = gw.merchant("Acme").await;
         gw.psp.set_mode(PspRoute::Payments, Mode::TimeoutAfterCommit(Duration::from_secs(3)));
         let p = gw.post(&m.key, "/v1/payments", &confirmed("slow-1", 800, "automatic", &m.account)).await.expect(201).json();
@@ -116,7 +116,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn two_concurrent_refunds_of_70_on_100_captured_one_accepted_one_refused(gw) {
+    async fn two_concurrent_refunds_of_70_on_100_captured_one_accepted_one_refused(&gw) {
         let m = gw.merchant("Acme").await;
         let id = paid(gw, &m, "r-1", 100, "automatic").await;
         let path = format!("/v1/payments/{id}/refunds");
@@ -143,7 +143,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_partial_capture_then_refunds_count_against_the_captured_amount_only(gw) {
+    async fn a_partial_capture_then_refunds_count_against_the_captured_amount_only(&gw) {
         let m = gw.merchant("Acme").await;
         let id = paid(gw, &m, "cap-1", 100, "manual").await;
         let captured = gw.post(&m.key, &format!("/v1/payments/{id}/capture"), &json!({"amount": 60})).await.expect(200).json();
@@ -173,7 +173,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn bad_capture_and_refund_input_is_a_4xx_and_changes_nothing(gw) {
+    async fn bad_capture_and_refund_input_is_a_4xx_and_changes_nothing(&gw) {
         let m = gw.merchant("Acme").await;
         let other = gw.merchant("Globex").await;
         let id = paid(gw, &m, "bad-1", 100, "manual").await;
@@ -212,7 +212,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_void_cancels_an_authorization(gw) {
+    async fn a_void_cancels_an_authorization(&gw) {
         let m = gw.merchant("Acme").await;
         let id = paid(gw, &m, "void-1", 300, "manual").await;
         let voided = gw.post(&m.key, &format!("/v1/payments/{id}/void"), &json!({})).await.expect(200).json();
@@ -222,7 +222,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_refund_retried_with_its_key_is_replayed_and_refunds_once(gw) {
+    async fn a_refund_retried_with_its_key_is_replayed_and_refunds_once(&gw) {
         let m = gw.merchant("Acme").await;
         let id = paid(gw, &m, "idem-r", 100, "automatic").await;
         let path = format!("/v1/payments/{id}/refunds");
@@ -240,7 +240,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_key_while_a_slow_confirm_runs_is_409_in_use(gw) {
+    async fn the_same_key_while_a_slow_confirm_runs_is_409_in_use(&gw) {
         let m = gw.merchant("Acme").await;
         let created = gw.post(&m.key, "/v1/payments", &payment_body("busy-1", 100)).await.expect(201).json();
         let path = format!("/v1/payments/{}/confirm", created["id"].as_str().unwrap());
@@ -276,7 +276,7 @@ async fn status_ids(gw: &Gateway, key: &str, status: &str) -> Vec<String> {
 }
 
 dual_test! {
-    async fn payments_are_filtered_by_their_client_status(gw) {
+    async fn payments_are_filtered_by_their_client_status(&gw) {
         let m = gw.merchant("Acme").await;
         let succeeded = paid(gw, &m, "f-ok", 100, "automatic").await;
         let refunded = paid(gw, &m, "f-part", 100, "automatic").await;

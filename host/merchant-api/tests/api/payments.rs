@@ -4,7 +4,7 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 dual_test! {
-    async fn a_created_payment_shows_its_status_amounts_and_timeline(gw) {
+    async fn a_created_payment_shows_its_status_amounts_and_timeline(&gw) {
         let m = gw.merchant("Acme").await;
         let mut body = payment_body("order-1", 1250);
         body["connector_account"] = json!(m.account);
@@ -42,7 +42,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_order_number_with_the_same_parameters_returns_the_existing_payment(gw) {
+    async fn the_same_order_number_with_the_same_parameters_returns_the_existing_payment(&gw) {
         let m = gw.merchant("Acme").await;
         let first = gw.post(&m.key, "/v1/payments", &payment_body("order-1", 500)).await.expect(201).json();
         // Same parameters, keys in another order and another routing choice.
@@ -55,7 +55,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_order_number_with_other_parameters_is_a_conflict(gw) {
+    async fn the_same_order_number_with_other_parameters_is_a_conflict(&gw) {
         let m = gw.merchant("Acme").await;
         let first = gw.post(&m.key, "/v1/payments", &payment_body("order-1", 500)).await.expect(201).json();
         let mut other = payment_body("order-1", 501);
@@ -73,7 +73,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn concurrent_creates_with_one_order_number_make_one_payment(gw) {
+    async fn concurrent_creates_with_one_order_number_make_one_payment(&gw) {
         let m = gw.merchant("Acme").await;
         let body = payment_body("order-race", 700);
         let replies = futures_join(gw, &m.key, &body, 8).await;
@@ -116,7 +116,7 @@ async fn futures_join(gw: &Gateway, key: &str, body: &Value, n: usize) -> Vec<Re
 }
 
 dual_test! {
-    async fn payments_are_listed_newest_first_with_filters_and_a_cursor(gw) {
+    async fn payments_are_listed_newest_first_with_filters_and_a_cursor(&gw) {
         let m = gw.merchant("Acme").await;
         let mut ids = Vec::new();
         for n in 0..5 {
@@ -164,7 +164,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_unknown_refund_or_payment_is_404_in_the_json_shape(gw) {
+    async fn an_unknown_refund_or_payment_is_404_in_the_json_shape(&gw) {
         let m = gw.merchant("Acme").await;
         gw.get(&m.key, "/v1/refunds/rfd_missing").await.expect_error(404, "resource_missing");
         gw.get(&m.key, "/v1/payments/pay_missing").await.expect_error(404, "resource_missing");
@@ -173,7 +173,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_push_fulfillment_block_is_stored_and_shown(gw) {
+    async fn a_push_fulfillment_block_is_stored_and_shown(&gw) {
         let m = gw.merchant("Acme").await;
         let deadline = gw.db.clock.now_ms() + 3_600_000;
         let mut body = payment_body("renewal-1", 9900);

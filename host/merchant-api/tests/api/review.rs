@@ -68,7 +68,7 @@ fn proposal_body(outcome: &str, target: &str) -> Value {
 }
 
 dual_test! {
-    async fn a_second_operator_approves_over_http_the_event_goes_through_the_door_and_history_names_both(gw) {
+    async fn a_second_operator_approves_over_http_the_event_goes_through_the_door_and_history_names_both(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-1").await;
         let alice = operator(gw, "alice").await;
@@ -138,7 +138,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_stale_proposal_and_bad_input_are_refused_with_json_errors_and_change_nothing(gw) {
+    async fn a_stale_proposal_and_bad_input_are_refused_with_json_errors_and_change_nothing(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-2").await;
         let alice = operator(gw, "alice").await;
@@ -191,7 +191,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_manual_refund_needs_a_second_operator_and_goes_through_the_normal_reservation(gw) {
+    async fn a_manual_refund_needs_a_second_operator_and_goes_through_the_normal_reservation(&gw) {
         let m = gw.merchant("Acme").await;
         let mut body = payment_body("rev-3", 1000);
         body["connector_account"] = json!(m.account);
@@ -253,7 +253,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_review_queue_lists_flagged_payments_and_old_unknowns_but_not_settled_ones(gw) {
+    async fn the_review_queue_lists_flagged_payments_and_old_unknowns_but_not_settled_ones(&gw) {
         let m = gw.merchant("Acme").await;
         let (flagged_id, attempt_id) = unknown_payment(gw, &m, "rev-q1").await;
         let (young_id, _) = unknown_payment(gw, &m, "rev-q2").await;
@@ -297,7 +297,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_disabled_operator_can_neither_propose_nor_approve_and_is_listed_as_disabled(gw) {
+    async fn a_disabled_operator_can_neither_propose_nor_approve_and_is_listed_as_disabled(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-disabled").await;
         let alice = operator(gw, "alice").await;
@@ -342,7 +342,7 @@ dual_test! {
 dual_test! {
     /// Issue 11 §3: an operator's success carries the PSP reference as
     /// evidence, so the payment can be refunded afterwards.
-    async fn an_operator_success_needs_the_psp_reference_stores_it_and_a_later_refund_is_sent_against_it(gw) {
+    async fn an_operator_success_needs_the_psp_reference_stores_it_and_a_later_refund_is_sent_against_it(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-psp").await;
         let alice = operator(gw, "alice").await;
@@ -382,7 +382,7 @@ dual_test! {
     /// A success resolved before the evidence was required carries no PSP
     /// reference: a refund of it waits in manual review with the reason,
     /// reserved, instead of being cancelled without a word.
-    async fn a_refund_of_a_success_without_a_psp_reference_waits_in_manual_review_instead_of_a_silent_cancel(gw) {
+    async fn a_refund_of_a_success_without_a_psp_reference_waits_in_manual_review_instead_of_a_silent_cancel(&gw) {
         use sluice_core::{EventKind, EvidenceSource, PaymentEvent};
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-noref").await;

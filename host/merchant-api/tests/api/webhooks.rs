@@ -53,7 +53,7 @@ async fn inbox_rows(gw: &Gateway, verification: &str) -> i64 {
 }
 
 dual_test! {
-    async fn a_verified_webhook_is_in_the_inbox_before_its_ack_and_a_duplicate_gets_the_same_ack(gw) {
+    async fn a_verified_webhook_is_in_the_inbox_before_its_ack_and_a_duplicate_gets_the_same_ack(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, reference, psp_id) = unknown_payment(gw, &m, "wh-1").await;
         let event = succeeded_event("evt_1", &psp_id, &reference);
@@ -90,7 +90,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_webhook_failing_verification_is_refused_by_kind_changes_nothing_and_is_counted(gw) {
+    async fn a_webhook_failing_verification_is_refused_by_kind_changes_nothing_and_is_counted(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, reference, psp_id) = unknown_payment(gw, &m, "wh-2").await;
         let body = serde_json::to_vec(&succeeded_event("evt_bad", &psp_id, &reference)).unwrap();
@@ -134,7 +134,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_webhook_for_an_unknown_adapter_or_account_is_404(gw) {
+    async fn a_webhook_for_an_unknown_adapter_or_account_is_404(&gw) {
         let m = gw.merchant("Acme").await;
         let event = json!({"id": "evt_x", "type": "payment.succeeded", "data": {}});
         let bytes = serde_json::to_vec(&event).unwrap();
@@ -160,7 +160,7 @@ async fn the_webhook_route_has_a_body_limit_and_a_per_account_rate_limit() {
         },
         ..ApiConfig::default()
     };
-    let gw = Gateway::start_with(TestDb::sqlite().await, config).await;
+    let gw = Gateway::start_with(test_db(Backend::Sqlite).await, config).await;
     let m = gw.merchant("Acme").await;
     // The oversized delivery takes the first token of the burst of 2.
     let huge = vec![b'x'; sluice_merchant_api::MAX_WEBHOOK_BODY_BYTES + 1];

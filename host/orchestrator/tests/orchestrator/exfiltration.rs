@@ -287,11 +287,11 @@ async fn run(db: TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hostile_adapter_cannot_leak_a_secret_through_any_export_on_sqlite() {
     captured_logs();
-    run(TestDb::sqlite().await).await;
+    run(crate::common::test_subject(sluice_store::Backend::Sqlite).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hostile_adapter_cannot_leak_a_secret_through_any_export_on_postgres() {
     captured_logs();
-    run(TestDb::postgres().await).await;
+    run(crate::common::test_subject(sluice_store::Backend::Postgres).await).await;
 }

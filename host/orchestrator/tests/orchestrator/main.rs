@@ -1,6 +1,9 @@
 //! The orchestrator against real databases (SQLite and PostgreSQL), the real
 //! compiled `test-well-behaved` adapter and a fake PSP over real HTTP.
 
+#[macro_use]
+extern crate sluice_test_support;
+
 mod common;
 
 mod exfiltration;

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::common::*;
-use crate::dual_test;
 use sluice_core::{CaptureMode, CaptureState, ClientStatus, RefundState};
 use sluice_orchestrator::{OrchestratorError, Target, Trigger};
 

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::common::*;
-use crate::dual_test;
 use sluice_core::{AttemptState, CaptureMode, ClientStatus, OrderState};
 use sluice_orchestrator::{Action, ConfirmOptions, OrchestratorError, Target, Trigger};
 

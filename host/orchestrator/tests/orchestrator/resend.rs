@@ -13,8 +13,8 @@ use sluice_store::{
     ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, Provenance, RefundRequest,
 };
 
+use crate::common::eur;
 use crate::common::sandbox::{E2e, Psp};
-use crate::common::{eur, TestDb};
 
 /// Declare the connector's resend window (the PSP keeps keys that long).
 async fn declare_resend_window(e2e: &E2e, window_ms: Option<i64>) {
@@ -219,24 +219,40 @@ async fn without_a_resend_window_nothing_is_re_sent(e2e: E2e) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stripe_format_send_killed_before_it_left_is_re_sent_with_the_same_key_on_sqlite() {
-    let e2e = E2e::start(TestDb::sqlite().await, Psp::Stripe).await;
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Sqlite).await,
+        Psp::Stripe,
+    )
+    .await;
     a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stripe_format_send_killed_before_it_left_is_re_sent_with_the_same_key_on_postgres() {
-    let e2e = E2e::start(TestDb::postgres().await, Psp::Stripe).await;
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Postgres).await,
+        Psp::Stripe,
+    )
+    .await;
     a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_declared_resend_window_a_killed_send_is_only_queried_on_sqlite() {
-    let e2e = E2e::start(TestDb::sqlite().await, Psp::Stripe).await;
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Sqlite).await,
+        Psp::Stripe,
+    )
+    .await;
     without_a_resend_window_nothing_is_re_sent(e2e).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_declared_resend_window_a_killed_send_is_only_queried_on_postgres() {
-    let e2e = E2e::start(TestDb::postgres().await, Psp::Stripe).await;
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Postgres).await,
+        Psp::Stripe,
+    )
+    .await;
     without_a_resend_window_nothing_is_re_sent(e2e).await;
 }

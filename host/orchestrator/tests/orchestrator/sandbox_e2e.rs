@@ -265,7 +265,6 @@ e2e_test! {
 mod a_query_of_a_lost_sale_replays_the_sale_and_never_authorizes_only {
     use super::*;
     use crate::common::sandbox::{E2e, Psp};
-    use crate::common::TestDb;
     use sluice_core::AttemptState;
 
     async fn run(e2e: E2e) {
@@ -318,11 +317,21 @@ mod a_query_of_a_lost_sale_replays_the_sale_and_never_authorizes_only {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn adyen_on_sqlite() {
-        run(E2e::start(TestDb::sqlite().await, Psp::Adyen).await).await;
+        run(E2e::start(
+            crate::common::test_subject(sluice_store::Backend::Sqlite).await,
+            Psp::Adyen,
+        )
+        .await)
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn adyen_on_postgres() {
-        run(E2e::start(TestDb::postgres().await, Psp::Adyen).await).await;
+        run(E2e::start(
+            crate::common::test_subject(sluice_store::Backend::Postgres).await,
+            Psp::Adyen,
+        )
+        .await)
+        .await;
     }
 }

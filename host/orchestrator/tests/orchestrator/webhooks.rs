@@ -5,7 +5,6 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::*;
-use crate::dual_test;
 use sluice_core::{AttemptState, CaptureMode, ClientStatus, RefundState};
 use sluice_orchestrator::{OrchestratorError, RejectionKind, WebhookOutcome};
 use sluice_store::{DecisionKind, NewConnectorAccount};

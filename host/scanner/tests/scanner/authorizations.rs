@@ -9,7 +9,6 @@ use sluice_core::{AttemptState, CaptureMode, OrderState, RecoveryPolicy};
 use sluice_store::{PaymentAttempt, StoreError};
 
 use crate::common::{fast_policy, Harness, Mode, PspRoute};
-use crate::dual_test;
 
 const DAY: i64 = 24 * 3_600_000;
 

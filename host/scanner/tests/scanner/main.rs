@@ -2,6 +2,9 @@
 //! real compiled `test-well-behaved` adapter, the real orchestrator and a
 //! fake PSP over real HTTP.
 
+#[macro_use]
+extern crate sluice_test_support;
+
 mod common;
 
 mod authorizations;

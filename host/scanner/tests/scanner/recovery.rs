@@ -4,8 +4,8 @@ use sluice_core::{AttemptState, EventKind, EvidenceSource, PaymentEvent};
 use sluice_scanner::{ItemOutcome, Scanner};
 use sluice_store::{ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, PendingKind, Provenance};
 
-use crate::common::{eur, fast_policy, scanner_config, Harness, Mode, PspRoute, TestDb};
-use crate::dual_test;
+use crate::common::{eur, fast_policy, scanner_config, test_subject, Harness, Mode, PspRoute};
+use sluice_store::Backend;
 
 /// What a process killed mid-request leaves behind: the attempt recorded
 /// SUBMITTED through the door, and nothing else. With `psp_committed` the
@@ -290,7 +290,7 @@ dual_test! {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_scanners_on_postgres_never_query_the_same_attempt_at_the_same_moment() {
-    let h = Harness::new(TestDb::postgres().await).await;
+    let h = Harness::new(test_subject(Backend::Postgres).await).await;
     let mut attempts = Vec::new();
     for n in 0..12 {
         let attempt = submitted_by_a_killed_process(&h, &format!("o-two-{n}")).await;

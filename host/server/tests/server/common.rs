@@ -11,34 +11,8 @@ use sluice_server::server::{self, RunningServer};
 use tokio::net::TcpListener;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
-pub const WELL_BEHAVED: &str = "test-well-behaved";
 
-/// Directory holding `<adapter-dir-name>.wasm`, as `cargo xtask build-adapters` leaves it.
-pub fn adapters_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SLUICE_TEST_ADAPTERS_DIR") {
-        return PathBuf::from(dir);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("adapters")
-}
-
-pub fn adapter_path(name: &str) -> PathBuf {
-    adapters_dir().join(format!("{name}.wasm"))
-}
-
-/// The compiled component of adapter `name`; fails the test with what to run if missing.
-pub fn adapter_bytes(name: &str) -> Vec<u8> {
-    let path = adapter_path(name);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the compiled test adapter {} ({e}). Build the adapters first: \
-             `cargo xtask build-adapters` (or set SLUICE_TEST_ADAPTERS_DIR)",
-            path.display()
-        )
-    })
-}
+pub use sluice_test_support::adapters::{adapter_bytes, WELL_BEHAVED};
 
 /// Appends a custom section: same behaviour, different bytes, so a different version.
 pub fn with_custom_section(wasm: &[u8], name: &str) -> Vec<u8> {

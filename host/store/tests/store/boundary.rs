@@ -134,10 +134,10 @@ fn through(scope: &AccountScope, target: Option<&str>, event: PaymentEvent) -> A
 }
 
 dual_test! {
-    async fn no_event_kind_through_another_account_changes_any_of_a_merchants_aggregates_by_any_reference(db) {
+    async fn no_event_kind_through_another_account_changes_any_of_a_merchants_aggregates_by_any_reference(&db) {
         let store = &db.store;
-        let a = Fixture::new(store).await;
-        let b = Fixture::new(store).await;
+        let a = Fixture::new(store, "Acme").await;
+        let b = Fixture::new(store, "Acme").await;
         let victim = victim(store, &a).await;
         let before = state_of(store, &victim).await;
         let hostile = b.scope();
@@ -162,10 +162,10 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_event_naming_another_accounts_reference_is_refused_as_out_of_scope_not_as_missing(db) {
+    async fn an_event_naming_another_accounts_reference_is_refused_as_out_of_scope_not_as_missing(&db) {
         let store = &db.store;
-        let a = Fixture::new(store).await;
-        let b = Fixture::new(store).await;
+        let a = Fixture::new(store, "Acme").await;
+        let b = Fixture::new(store, "Acme").await;
         let (_, attempt) = a.succeeded(store, "A-1", 100).await;
         let by_reference = named(EventKind::PaymentFailed, "attempt_reference", &attempt.reference, 1);
         let refused = store.apply_event(&through(&b.scope(), None, by_reference)).await;
@@ -182,9 +182,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_capture_reference_of_another_payment_is_not_applied_to_the_named_attempt(db) {
+    async fn a_capture_reference_of_another_payment_is_not_applied_to_the_named_attempt(&db) {
         let store = &db.store;
-        let a = Fixture::new(store).await;
+        let a = Fixture::new(store, "Acme").await;
         let (first, first_attempt) = a.submitted(store, "A-C1", 100, CaptureMode::Manual).await;
         let (second, second_attempt) = a.submitted(store, "A-C2", 100, CaptureMode::Manual).await;
         for (attempt, psp) in [(&first_attempt, "pi_C1"), (&second_attempt, "pi_C2")] {
@@ -210,11 +210,11 @@ dual_test! {
     /// A hostile or mistaken answer may put another tenant's PSP reference on
     /// the asking tenant's own attempt; each tenant's events still reach only
     /// its own attempt, and a third account's are refused.
-    async fn a_psp_reference_known_in_two_accounts_resolves_within_the_events_own_account(db) {
+    async fn a_psp_reference_known_in_two_accounts_resolves_within_the_events_own_account(&db) {
         let store = &db.store;
-        let a = Fixture::new(store).await;
-        let b = Fixture::new(store).await;
-        let c = Fixture::new(store).await;
+        let a = Fixture::new(store, "Acme").await;
+        let b = Fixture::new(store, "Acme").await;
+        let c = Fixture::new(store, "Acme").await;
         let (_, a_attempt) = a.submitted(store, "SH-A", 100, CaptureMode::Automatic).await;
         let (_, b_attempt) = b.submitted(store, "SH-B", 100, CaptureMode::Automatic).await;
         for attempt in [&a_attempt, &b_attempt] {

@@ -23,9 +23,9 @@ fn count_history(
 
 dual_test! {
     /// Seed 001 §12 A: timeout → query succeeded → delayed processing webhook.
-    async fn timeout_then_query_success_then_late_processing_webhook_ends_succeeded_and_records_the_webhook_as_stale(db) {
+    async fn timeout_then_query_success_then_late_processing_webhook_ends_succeeded_and_records_the_webhook_as_stale(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "A-1", 100, CaptureMode::Automatic).await;
 
         let timeout = store
@@ -93,9 +93,9 @@ dual_test! {
 dual_test! {
     /// Seed 001 §12 B: processing → succeeded → the same success again, under
     /// the same and under a different provider event id.
-    async fn duplicate_success_webhooks_yield_one_succeeded_history_row_and_one_outbox_event(db) {
+    async fn duplicate_success_webhooks_yield_one_succeeded_history_row_and_one_outbox_event(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "B-1", 100, CaptureMode::Automatic).await;
         let webhook = |kind, id: &str| {
             let mut ev = event(kind, EvidenceSource::Webhook);
@@ -200,9 +200,9 @@ async fn repair_outbox(db: &TestDb) {
 
 dual_test! {
     /// Seed 001 §12 D: the outbox row commits with the state change or not at all.
-    async fn a_failure_after_the_cas_rolls_back_state_history_amounts_and_outbox_together(db) {
+    async fn a_failure_after_the_cas_rolls_back_state_history_amounts_and_outbox_together(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "D-1", 100, CaptureMode::Automatic).await;
         let before = store.get_attempt(&attempt.id).await.unwrap();
         let history_before = store.timeline(&payment.id).await.unwrap().len();
@@ -234,10 +234,10 @@ dual_test! {
 
 dual_test! {
     /// Two connections race different events on one UNKNOWN attempt.
-    async fn racing_success_and_failure_on_one_attempt_end_in_one_legal_state_with_both_decisions_recorded(db) {
+    async fn racing_success_and_failure_on_one_attempt_end_in_one_legal_state_with_both_decisions_recorded(&db) {
         let store = &db.store;
         let other = db.second_store().await;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         for round in 0..5 {
             let (payment, attempt) = fx.submitted(store, &format!("R-{round}"), 100, CaptureMode::Automatic).await;
             store
@@ -274,9 +274,9 @@ dual_test! {
 
 dual_test! {
     /// A CAS that misses (someone committed in between) is re-decided on fresh state.
-    async fn a_decision_that_loses_the_cas_is_taken_again_on_the_fresh_state(db) {
+    async fn a_decision_that_loses_the_cas_is_taken_again_on_the_fresh_state(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "CAS-1", 100, CaptureMode::Automatic).await;
         let version_before = store.get_payment(None, &payment.id).await.unwrap().version;
         let conflicts_before = sluice_store::cas_conflicts_total();
@@ -320,9 +320,9 @@ dual_test! {
 
 dual_test! {
     /// Rejected decisions change nothing but are recorded in history as evidence.
-    async fn an_illegal_transition_is_rejected_changes_nothing_and_is_recorded(db) {
+    async fn an_illegal_transition_is_rejected_changes_nothing_and_is_recorded(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "IL-1", 100, CaptureMode::Automatic).await;
         store
             .apply_event(&on_attempt(&attempt, event(EventKind::ResultUnknown, EvidenceSource::SyncResponse)))
@@ -360,9 +360,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn contradicting_evidence_flags_the_payment_for_review_and_tells_the_merchant_once(db) {
+    async fn contradicting_evidence_flags_the_payment_for_review_and_tells_the_merchant_once(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.succeeded(store, "NR-1", 100).await;
         for n in 0..2 {
             let mut ko = declined(EvidenceSource::Webhook);
@@ -387,9 +387,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_manual_capture_reserves_then_settles_and_moves_attempt_and_order_to_succeeded(db) {
+    async fn a_manual_capture_reserves_then_settles_and_moves_attempt_and_order_to_succeeded(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "MC-1", 100, CaptureMode::Manual).await;
         let mut auth = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
         auth.psp_reference = Some("pi_MC1".into());
@@ -451,9 +451,9 @@ dual_test! {
 
 dual_test! {
     /// Seed 001 §4/§9: a new attempt only after a definitive failure, never while UNKNOWN.
-    async fn a_new_attempt_is_allowed_after_a_definitive_failure_and_refused_while_one_is_unknown(db) {
+    async fn a_new_attempt_is_allowed_after_a_definitive_failure_and_refused_while_one_is_unknown(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, first) = fx.submitted(store, "NA-1", 100, CaptureMode::Automatic).await;
 
         let busy = store
@@ -492,9 +492,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn order_commands_go_through_the_door_and_respect_attempts_in_flight(db) {
+    async fn order_commands_go_through_the_door_and_respect_attempts_in_flight(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "OC-1", 100, CaptureMode::Automatic).await;
         let refused = store.apply_order_command(&payment.id, OrderCommand::Cancel, &sys()).await.unwrap();
         assert_eq!(refused.decision, DecisionKind::Rejected);
@@ -510,9 +510,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn webhook_events_are_located_by_psp_reference_and_unknown_targets_are_not_found(db) {
+    async fn webhook_events_are_located_by_psp_reference_and_unknown_targets_are_not_found(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (_payment, attempt) = fx.succeeded(store, "LOC-1", 100).await;
         let mut ev = event(EventKind::Chargeback, EvidenceSource::Webhook);
         ev.psp_reference = Some("pi_LOC-1".into());
@@ -546,9 +546,9 @@ dual_test! {
     /// A CAS that can never land (a trigger swallows every order update, as an
     /// endless stream of concurrent writers would) ends in a typed error after
     /// the bounded number of tries, having written nothing.
-    async fn a_cas_that_never_lands_gives_up_with_cas_exhausted_and_writes_nothing(db) {
+    async fn a_cas_that_never_lands_gives_up_with_cas_exhausted_and_writes_nothing(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "EX-1", 100, CaptureMode::Automatic).await;
         let history_before = store.timeline(&payment.id).await.unwrap().len();
         let swallow = match db.backend {

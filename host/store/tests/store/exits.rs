@@ -7,9 +7,9 @@ use sluice_core::{AttemptState, CaptureMode, EventKind, EvidenceSource, OrderSta
 use sluice_store::DecisionKind;
 
 dual_test! {
-    async fn a_void_is_recorded_as_sent_once_through_the_door_and_the_attempt_stays_authorized_until_the_psp_cancels(db) {
+    async fn a_void_is_recorded_as_sent_once_through_the_door_and_the_attempt_stays_authorized_until_the_psp_cancels(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "V-1", 500, CaptureMode::Manual).await;
 
         let mut authorized = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
@@ -78,9 +78,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_void_is_never_recorded_on_an_attempt_that_is_not_authorized(db) {
+    async fn a_void_is_never_recorded_on_an_attempt_that_is_not_authorized(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (_, attempt) = fx.submitted(store, "V-2", 500, CaptureMode::Manual).await;
         let void = event(EventKind::VoidSubmitted, EvidenceSource::SyncResponse);
         let refused = store.apply_event(&on_attempt(&attempt, void)).await.unwrap();

@@ -89,9 +89,9 @@ async fn state_of(store: &Store, payment_id: &str) -> FulfillmentState {
 }
 
 dual_test! {
-    async fn a_succeeded_payment_with_a_fulfillment_block_awaits_fulfillment_in_the_same_transaction(db) {
+    async fn a_succeeded_payment_with_a_fulfillment_block_awaits_fulfillment_in_the_same_transaction(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = paid(db, &fx, "F-1", "renewal-1").await;
         let snapshot = store.fulfillment_snapshot(&payment.id).await.unwrap().unwrap();
         assert_eq!(snapshot.state, FulfillmentState::AwaitingFulfillment);
@@ -120,9 +120,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_push_before_the_deadline_fulfils_and_a_stale_check_afterwards_does_nothing(db) {
+    async fn a_push_before_the_deadline_fulfils_and_a_stale_check_afterwards_does_nothing(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = paid(db, &fx, "F-2", "renewal-2").await;
         let done = store
             .apply_fulfillment(&payment.id, &push(&attempt.reference), &sys())
@@ -158,9 +158,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_deadline_without_a_confirmation_starts_exactly_one_compensation_refund_whose_success_compensates(db) {
+    async fn the_deadline_without_a_confirmation_starts_exactly_one_compensation_refund_whose_success_compensates(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = paid(db, &fx, "F-3", "renewal-3").await;
         db.clock.advance(60_000 + SETTLE_MS);
         let decided = store
@@ -230,9 +230,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_database_refuses_the_compensation_reservation_for_a_fulfilled_payment(db) {
+    async fn the_database_refuses_the_compensation_reservation_for_a_fulfilled_payment(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = paid(db, &fx, "F-4", "renewal-4").await;
         store
             .apply_fulfillment(&payment.id, &push(&attempt.reference), &sys())
@@ -263,10 +263,10 @@ dual_test! {
 dual_test! {
     /// Two instances: the merchant's confirmation and the scanner's deadline
     /// decision land at the same moment. Exactly one wins; the loser is told.
-    async fn a_push_racing_the_compensation_decision_has_exactly_one_winner(db) {
+    async fn a_push_racing_the_compensation_decision_has_exactly_one_winner(&db) {
         let store = &db.store;
         let other = db.second_store().await;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let mut pushes_won = 0;
         for round in 0..6 {
             let (payment, attempt) = paid(db, &fx, &format!("F-race-{round}"), &format!("goal-{round}")).await;
@@ -297,9 +297,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_goal_reached_by_another_payment_of_the_same_biz_key_refunds_this_one_and_keeps_that_one(db) {
+    async fn a_goal_reached_by_another_payment_of_the_same_biz_key_refunds_this_one_and_keeps_that_one(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (first, first_attempt) = paid(db, &fx, "F-5a", "ticket-5").await;
         let (second, second_attempt) = paid(db, &fx, "F-5b", "ticket-5").await;
         let kept = store
@@ -336,9 +336,9 @@ dual_test! {
     /// Interleave pushes, business facts, deadline ticks, duplicate triggers
     /// and compensation refund outcomes in pseudo-random orders (fixed seeds),
     /// checking the money invariants after every step, in the database.
-    async fn interleaved_inputs_never_refund_a_fulfilled_payment_and_compensate_at_most_once(db) {
+    async fn interleaved_inputs_never_refund_a_fulfilled_payment_and_compensate_at_most_once(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let mut endings = std::collections::BTreeMap::<String, u32>::new();
         for seed in 1..=10u64 {
             let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -453,10 +453,10 @@ fn operator_pepper() -> sluice_store::ApiKeyPepper {
 }
 
 dual_test! {
-    async fn two_operators_resolve_a_frozen_fulfillment_with_a_compensation_refund_through_the_door(db) {
+    async fn two_operators_resolve_a_frozen_fulfillment_with_a_compensation_refund_through_the_door(&db) {
         use sluice_store::{ReviewError, ReviewOutcome};
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = frozen(db, &fx, "F-OP-1").await;
         let alice = store.create_operator("alice", &operator_pepper()).await.unwrap().operator;
         let bob = store.create_operator("bob", &operator_pepper()).await.unwrap().operator;
@@ -499,10 +499,10 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_operator_fulfillment_resolution_is_refused_unless_the_fulfillment_is_frozen(db) {
+    async fn an_operator_fulfillment_resolution_is_refused_unless_the_fulfillment_is_frozen(&db) {
         use sluice_store::{ReviewError, ReviewOutcome};
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _attempt) = paid(db, &fx, "F-OP-2", "goal-F-OP-2").await;
         let alice = store.create_operator("alice", &operator_pepper()).await.unwrap().operator;
         let refused = store
@@ -556,9 +556,9 @@ async fn merchant_refund(store: &Store, payment: &PaymentOrder, amount: i64) {
 }
 
 dual_test! {
-    async fn a_payment_the_merchant_already_refunded_in_full_goes_to_review_instead_of_a_compensation(db) {
+    async fn a_payment_the_merchant_already_refunded_in_full_goes_to_review_instead_of_a_compensation(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _attempt) = paid(db, &fx, "F-NTR-1", "renewal-ntr-1").await;
         merchant_refund(store, &payment, 1_000).await;
         db.clock.advance(60_000 + SETTLE_MS);
@@ -585,9 +585,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_partly_refunded_payment_is_compensated_with_what_is_left(db) {
+    async fn a_partly_refunded_payment_is_compensated_with_what_is_left(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = paid(db, &fx, "F-NTR-2", "renewal-ntr-2").await;
         merchant_refund(store, &payment, 400).await;
         db.clock.advance(60_000 + SETTLE_MS);

@@ -1,6 +1,8 @@
 //! Store tests. Every test runs twice: `<name>::on_sqlite` and `<name>::on_postgres`.
 
 #[macro_use]
+extern crate sluice_test_support;
+
 pub mod common;
 
 mod boundary;

@@ -16,10 +16,10 @@ fn refund_request(payment_id: &str, amount: i64) -> RefundRequest {
 
 dual_test! {
     /// Seed 001 §12 C: captured 100, two concurrent refunds of 70.
-    async fn two_concurrent_refunds_of_70_on_a_capture_of_100_reserve_exactly_once(db) {
+    async fn two_concurrent_refunds_of_70_on_a_capture_of_100_reserve_exactly_once(&db) {
         let store = &db.store;
         let other = db.second_store().await;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         for round in 0..6 {
             let (payment, _) = fx.succeeded(store, &format!("C-{round}"), 100).await;
             let first = refund_request(&payment.id, 70);
@@ -54,9 +54,9 @@ dual_test! {
 dual_test! {
     /// Success settles the reservation, a definitive failure releases it, an
     /// unknown outcome keeps it and schedules a query.
-    async fn refunds_settle_on_success_release_on_failure_and_stay_reserved_while_unknown(db) {
+    async fn refunds_settle_on_success_release_on_failure_and_stay_reserved_while_unknown(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "RF-1", 100).await;
 
         let first = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
@@ -117,9 +117,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_refund_of_an_unpaid_payment_or_in_another_currency_is_refused_without_writing(db) {
+    async fn a_refund_of_an_unpaid_payment_or_in_another_currency_is_refused_without_writing(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (unpaid, _) = fx.submitted(store, "RF-2", 100, sluice_core::CaptureMode::Automatic).await;
         let refused = store.reserve_refund(&refund_request(&unpaid.id, 10), &sys()).await;
         assert!(matches!(refused, Err(StoreError::InvalidState { .. })), "{refused:?}");
@@ -139,9 +139,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_amount_checks_refuse_a_raw_over_refund_and_an_over_capture(db) {
+    async fn the_amount_checks_refuse_a_raw_over_refund_and_an_over_capture(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "CK-1", 100).await;
         for sql in [
             "UPDATE payment_amounts SET refunded_minor = 101 WHERE payment_id = $1",
@@ -168,10 +168,10 @@ dual_test! {
 dual_test! {
     /// The door (order row, then amounts) and a reservation on the same
     /// payment take their locks in the same order, so they never deadlock.
-    async fn a_refund_settling_while_another_is_reserved_on_the_same_payment_never_deadlocks(db) {
+    async fn a_refund_settling_while_another_is_reserved_on_the_same_payment_never_deadlocks(&db) {
         let store = &db.store;
         let other = db.second_store().await;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         for round in 0..60 {
             let (payment, _) = fx.succeeded(store, &format!("DL-{round}"), 100).await;
             let first = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
@@ -194,9 +194,9 @@ dual_test! {
     /// PSP call must not strand the reserved money: the new row is in the
     /// recovery scan set once the first query delay has passed (found by the
     /// kill -9 test: a capture stayed CREATED with its amount reserved).
-    async fn a_reserved_refund_and_capture_enter_the_recovery_scan_set_before_any_psp_call(db) {
+    async fn a_reserved_refund_and_capture_enter_the_recovery_scan_set_before_any_psp_call(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "RS-1", 100).await;
         let refund = store.reserve_refund(&refund_request(&payment.id, 30), &sys()).await.unwrap();
         let (manual, attempt) = fx.submitted(store, "RS-2", 100, sluice_core::CaptureMode::Manual).await;
@@ -234,9 +234,9 @@ dual_test! {
     /// Seed 000 §1: the merchant's Idempotency-Key names the refund. A re-run of
     /// the same request (a retry that took the key over after a crash) finds the
     /// same reservation and the same reference; it never reserves twice.
-    async fn a_keyed_refund_reserved_again_is_the_same_refund_and_one_reservation(db) {
+    async fn a_keyed_refund_reserved_again_is_the_same_refund_and_one_reservation(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "KR-1", 100).await;
         let keyed = RefundRequest { idempotency_key: Some("key-1".into()), ..refund_request(&payment.id, 30) };
         let first = store.reserve_refund(&keyed, &sys()).await.unwrap();
@@ -266,9 +266,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_same_key_with_another_amount_or_reason_is_refused_and_changes_nothing(db) {
+    async fn the_same_key_with_another_amount_or_reason_is_refused_and_changes_nothing(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "KR-2", 100).await;
         let keyed = RefundRequest { idempotency_key: Some("key-1".into()), ..refund_request(&payment.id, 30) };
         store.reserve_refund(&keyed, &sys()).await.unwrap();
@@ -292,9 +292,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_keyed_capture_reserved_again_is_the_same_capture_and_one_reservation(db) {
+    async fn a_keyed_capture_reserved_again_is_the_same_capture_and_one_reservation(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (manual, attempt) = fx.submitted(store, "KC-1", 100, sluice_core::CaptureMode::Manual).await;
         let mut auth = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
         auth.psp_reference = Some("pi_KC1".into());

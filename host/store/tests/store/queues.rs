@@ -15,9 +15,9 @@ fn inbox_event(account: &str, id: &str) -> NewInboxEvent {
 }
 
 dual_test! {
-    async fn inbox_entries_are_claimed_once_retried_when_failed_and_quarantined_when_poisonous(db) {
+    async fn inbox_entries_are_claimed_once_retried_when_failed_and_quarantined_when_poisonous(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let mut ids = Vec::new();
         for n in 0..3 {
             let InboxInsert::Inserted { id } = store.inbox_insert(&inbox_event(&fx.account.id, &format!("evt_{n}"))).await.unwrap() else {
@@ -60,9 +60,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn rejected_webhooks_are_kept_as_evidence_without_taking_a_provider_event_id(db) {
+    async fn rejected_webhooks_are_kept_as_evidence_without_taking_a_provider_event_id(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let rejected = store.inbox_record_rejected("sandbox", &fx.account.id, "sha256:forged", "bad signature").await.unwrap();
         let entry = store.inbox_get(&rejected).await.unwrap();
         assert_eq!((entry.verification.as_str(), entry.status.as_str()), ("rejected", "quarantined"));
@@ -74,9 +74,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn outbox_events_are_claimed_in_order_retried_and_declared_dead_after_their_budget(db) {
+    async fn outbox_events_are_claimed_in_order_retried_and_declared_dead_after_their_budget(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (first, _) = fx.succeeded(store, "OB-1", 100).await;
         let (second, _) = fx.succeeded(store, "OB-2", 100).await;
         let claimed = store.outbox_claim(10, 30_000).await.unwrap();
@@ -99,9 +99,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn idempotency_keys_replay_completed_responses_and_refuse_a_different_request(db) {
+    async fn idempotency_keys_replay_completed_responses_and_refuse_a_different_request(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let m = &fx.merchant.id;
         let begin = |key: &'static str, fp: &'static str| store.idempotency_begin(m, "POST /v1/payments", key, fp, 30_000);
         assert_eq!(begin("k1", "fp-a").await.unwrap(), IdempotencyBegin::Started);

@@ -64,9 +64,9 @@ fn proposal(
 }
 
 dual_test! {
-    async fn escalating_an_old_unknown_flags_the_payment_once_with_history_and_outbox_and_moves_no_state(db) {
+    async fn escalating_an_old_unknown_flags_the_payment_once_with_history_and_outbox_and_moves_no_state(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = unknown_attempt(store, &fx, "ESC-1").await;
         let before = store.get_payment(None, &payment.id).await.unwrap();
 
@@ -100,9 +100,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn escalating_an_attempt_that_turned_terminal_flags_nothing(db) {
+    async fn escalating_an_attempt_that_turned_terminal_flags_nothing(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.succeeded(store, "ESC-2", 100).await;
         let applied = escalate(store, &attempt).await;
         assert_eq!(applied.decision, DecisionKind::IgnoredStale);
@@ -117,9 +117,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_second_operator_approves_and_the_operator_event_goes_through_the_door_naming_both(db) {
+    async fn a_second_operator_approves_and_the_operator_event_goes_through_the_door_naming_both(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = unknown_attempt(store, &fx, "REV-1").await;
         escalate(store, &attempt).await;
         let alice = store.create_operator("alice", &pepper()).await.unwrap();
@@ -176,9 +176,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_proposal_is_refused_as_stale_once_the_payment_moved_and_nothing_changes(db) {
+    async fn a_proposal_is_refused_as_stale_once_the_payment_moved_and_nothing_changes(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = unknown_attempt(store, &fx, "REV-2").await;
         let alice = store.create_operator("alice", &pepper()).await.unwrap();
         let bob = store.create_operator("bob", &pepper()).await.unwrap();
@@ -207,9 +207,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn two_approvals_at_once_apply_the_resolution_once(db) {
+    async fn two_approvals_at_once_apply_the_resolution_once(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = unknown_attempt(store, &fx, "REV-3").await;
         escalate(store, &attempt).await;
         let alice = store.create_operator("alice", &pepper()).await.unwrap();
@@ -241,9 +241,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_database_refuses_a_proposal_decided_by_its_proposer(db) {
+    async fn the_database_refuses_a_proposal_decided_by_its_proposer(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = unknown_attempt(store, &fx, "REV-4").await;
         let alice = store.create_operator("alice", &pepper()).await.unwrap();
         let p = store
@@ -261,9 +261,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_dismissal_clears_the_flag_naming_both_operators_and_moves_no_state(db) {
+    async fn a_dismissal_clears_the_flag_naming_both_operators_and_moves_no_state(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.succeeded(store, "DIS-1", 100).await;
         let alice = store.create_operator("alice", &pepper()).await.unwrap();
         let bob = store.create_operator("bob", &pepper()).await.unwrap();
@@ -314,9 +314,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn an_unknown_refund_resolved_as_failed_by_two_operators_releases_its_reservation(db) {
+    async fn an_unknown_refund_resolved_as_failed_by_two_operators_releases_its_reservation(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "RFU-1", 100).await;
         let reserved = store
             .reserve_refund(

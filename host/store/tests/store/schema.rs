@@ -7,9 +7,9 @@ use sluice_store::{Backend, ScanCursor, StoreError};
 use sqlx::Row;
 
 dual_test! {
-    async fn history_rows_refuse_raw_update_and_delete(db) {
+    async fn history_rows_refuse_raw_update_and_delete(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "H-1", 100).await;
         let before = store.timeline(&payment.id).await.unwrap();
         assert!(before.len() >= 4);
@@ -31,9 +31,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn outbox_events_refuse_edits_and_undelivered_deletes_but_delivery_bookkeeping_works(db) {
+    async fn outbox_events_refuse_edits_and_undelivered_deletes_but_delivery_bookkeeping_works(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, _) = fx.succeeded(store, "O-1", 100).await;
         let event = store.outbox_for_payment(&payment.id).await.unwrap().remove(0);
         for sql in [
@@ -60,9 +60,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn the_database_refuses_a_second_live_attempt_for_one_payment(db) {
+    async fn the_database_refuses_a_second_live_attempt_for_one_payment(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let (payment, attempt) = fx.submitted(store, "G-1", 100, CaptureMode::Automatic).await;
         let insert = |id: &'static str, no: i64, state: &'static str| {
             let payment_id = payment.id.clone();
@@ -101,7 +101,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn migrations_are_idempotent_and_sqlite_runs_in_wal_with_foreign_keys(db) {
+    async fn migrations_are_idempotent_and_sqlite_runs_in_wal_with_foreign_keys(&db) {
         let store = &db.store;
         store.migrate().await.unwrap();
         store.ping().await.unwrap();
@@ -124,9 +124,9 @@ dual_test! {
 
 dual_test! {
     /// The recovery scan reads only the pending set, through the partial index.
-    async fn the_recovery_scan_uses_the_partial_index_and_returns_due_rows_in_order(db) {
+    async fn the_recovery_scan_uses_the_partial_index_and_returns_due_rows_in_order(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let plan_sql = "SELECT id FROM payment_attempts \
                         WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED') AND next_retry_time <= 1000 \
                         ORDER BY next_retry_time, id LIMIT 10";

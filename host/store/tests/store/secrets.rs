@@ -103,7 +103,7 @@ async fn legacy_endpoint(store: &Store, merchant_id: &str) {
 }
 
 dual_test! {
-    async fn every_secret_the_store_writes_is_sealed_in_the_raw_rows_and_opens_for_its_reader(db) {
+    async fn every_secret_the_store_writes_is_sealed_in_the_raw_rows_and_opens_for_its_reader(&db) {
         let store = &db.store;
         let (merchant_id, account_id, body_id) = sealed_fixture(store).await;
         assert_nothing_in_clear(store).await;
@@ -121,7 +121,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn legacy_plaintext_rows_are_read_as_they_are_and_the_start_up_reseal_seals_them(db) {
+    async fn legacy_plaintext_rows_are_read_as_they_are_and_the_start_up_reseal_seals_them(&db) {
         let store = &db.store;
         let (merchant_id, account_id, _) = sealed_fixture(store).await;
         legacy_endpoint(store, &merchant_id).await;
@@ -150,7 +150,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_wrong_master_key_is_a_typed_error_and_a_new_key_reseals_with_the_previous_one(db) {
+    async fn a_wrong_master_key_is_a_typed_error_and_a_new_key_reseals_with_the_previous_one(&db) {
         let first = db.store_with(db.options_with_box(local_box(1, &[]))).await;
         let (_, account_id, _) = sealed_fixture(&first).await;
         let first_key = MasterKey::from_bytes([1; 32]).id().to_owned();
@@ -187,7 +187,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_rotated_secret_has_both_versions_during_its_window_and_then_only_the_new_one(db) {
+    async fn a_rotated_secret_has_both_versions_during_its_window_and_then_only_the_new_one(&db) {
         let store = &db.store;
         let (_, account_id, _) = sealed_fixture(store).await;
         let before = raw_secret_columns(store).await;

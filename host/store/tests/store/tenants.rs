@@ -5,9 +5,9 @@ use sluice_core::CaptureMode;
 use sluice_store::{ApiKeyPepper, StoreError};
 
 dual_test! {
-    async fn api_keys_are_stored_as_keyed_hashes_authenticate_and_can_be_revoked(db) {
+    async fn api_keys_are_stored_as_keyed_hashes_authenticate_and_can_be_revoked(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let pepper = ApiKeyPepper::new(b"a-server-side-pepper-of-32-bytes".to_vec()).unwrap();
         let issued = store.issue_api_key(&fx.merchant.id, "ci", &pepper).await.unwrap();
         assert!(issued.plaintext.starts_with("sk_sluice_"));
@@ -40,9 +40,9 @@ dual_test! {
 }
 
 dual_test! {
-    async fn connector_secrets_are_only_returned_by_the_internal_accessor(db) {
+    async fn connector_secrets_are_only_returned_by_the_internal_accessor(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
         let listed = store.list_connector_accounts(&fx.merchant.id).await.unwrap();
         assert_eq!(listed.len(), 1);
         assert!(!format!("{listed:?}").contains("sk_test_secret"));
@@ -72,10 +72,10 @@ dual_test! {
 }
 
 dual_test! {
-    async fn payments_are_scoped_to_their_merchant_unique_per_order_number_and_listed_by_cursor(db) {
+    async fn payments_are_scoped_to_their_merchant_unique_per_order_number_and_listed_by_cursor(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
-        let other = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
+        let other = Fixture::new(store, "Acme").await;
         let mut created = Vec::new();
         for n in 0..5 {
             created.push(fx.payment(store, &format!("L-{n}"), 100 + n, CaptureMode::Automatic).await);
@@ -128,10 +128,10 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_routing_configuration_is_stored_versioned_and_only_over_the_merchants_own_accounts(db) {
+    async fn a_routing_configuration_is_stored_versioned_and_only_over_the_merchants_own_accounts(&db) {
         let store = &db.store;
-        let fx = Fixture::new(store).await;
-        let other = Fixture::new(store).await;
+        let fx = Fixture::new(store, "Acme").await;
+        let other = Fixture::new(store, "Acme").await;
         assert_eq!(store.routing_config(&fx.merchant.id).await.unwrap(), None);
         let mut config = sluice_core::RoutingConfig {
             rules: vec![sluice_core::RouteRule {

@@ -4,12 +4,9 @@
 //! the real compiled `test-well-behaved` adapter and a fake PSP over HTTP.
 #![allow(dead_code)]
 
-pub use sluice_system_tests::fake_psp;
+pub use sluice_test_support::fake_psp;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -17,170 +14,37 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
-use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig};
+use sluice_adapter_runtime::AdapterRuntime;
 use sluice_merchant_api::{admin_router, router, ApiConfig, MerchantApiState};
-use sluice_orchestrator::{InboxConfig, Orchestrator, OrchestratorConfig, ReqwestTransport};
+use sluice_orchestrator::{Orchestrator, ReqwestTransport};
 pub use sluice_store::Clock as _;
-use sluice_store::{ApiKeyPepper, Backend, Clock, Store, StoreOptions, SystemClock};
-use sqlx::Connection;
+use sluice_store::{ApiKeyPepper, Store};
+pub use sluice_store::{Backend, SystemClock};
+pub use sluice_test_support::adapters::{
+    adapter_bytes, adapters_dir, cache_dir, runtime_with, well_behaved_signature,
+};
+pub use sluice_test_support::orchestrator::{store_options, test_config as orchestrator_config};
+pub use sluice_test_support::{eventually, SkewClock};
 
 pub use fake_psp::{FakePsp, Mode, Route as PspRoute, API_KEY};
 
-pub const ADAPTER: &str = "test-well-behaved";
+pub const ADAPTER: &str = sluice_test_support::adapters::WELL_BEHAVED;
 pub const WEBHOOK_SECRET: &str = "whsec_do_not_leak";
 
-pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
-/// Run one async test body against both backends (two `#[tokio::test]`s).
-#[macro_export]
-macro_rules! dual_test {
-    ($(#[$meta:meta])* async fn $name:ident($gw:ident) $body:block) => {
-        $(#[$meta])*
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
+/// The merchant API tests' database: the wall clock, which a test can jump forward.
+pub type TestDb = sluice_test_support::TestDb<SkewClock>;
+/// What `dual_test!` hands each body: the API served over a fresh database.
+pub type TestSubject = Gateway;
 
-            async fn run($gw: &$crate::common::Gateway) $body
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_sqlite() {
-                let gw = $crate::common::Gateway::start($crate::common::TestDb::sqlite().await).await;
-                run(&gw).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_postgres() {
-                let gw = $crate::common::Gateway::start($crate::common::TestDb::postgres().await).await;
-                run(&gw).await;
-            }
-        }
-    };
+pub async fn test_subject(backend: Backend) -> Gateway {
+    Gateway::start(test_db(backend).await).await
 }
 
-/// Wall-clock time that a test can also jump forward (leases, key expiry),
-/// so time-driven code keeps running normally in between.
-#[derive(Debug, Clone, Default)]
-pub struct SkewClock(Arc<AtomicI64>);
-
-impl SkewClock {
-    pub fn advance(&self, by_ms: i64) {
-        self.0.fetch_add(by_ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for SkewClock {
-    fn now_ms(&self) -> i64 {
-        SystemClock.now_ms() + self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// A migrated store on a throwaway database, dropped afterwards.
-pub struct TestDb {
-    pub store: Store,
-    pub backend: Backend,
-    pub clock: SkewClock,
-    _sqlite_dir: Option<tempfile::TempDir>,
-    pg: Option<(String, String)>,
-}
-
-impl TestDb {
-    pub async fn sqlite() -> TestDb {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}/sluice.db", dir.path().display());
-        let clock = SkewClock::default();
-        let store = Store::connect_with(&url, options(&clock))
-            .await
-            .expect("open SQLite store");
-        store.migrate().await.expect("migrate SQLite");
-        TestDb {
-            store,
-            backend: Backend::Sqlite,
-            clock,
-            _sqlite_dir: Some(dir),
-            pg: None,
-        }
-    }
-
-    pub async fn postgres() -> TestDb {
-        sqlx::any::install_default_drivers();
-        let admin_url =
-            std::env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into());
-        let mut admin = sqlx::AnyConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "PostgreSQL is required by the merchant API tests and is unreachable at \
-                     {admin_url}: {e}. Start PostgreSQL or point SLUICE_TEST_DATABASE_URL at one."
-                )
-            });
-        let name = format!("sluice_api_test_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let url = database_url(&admin_url, &name);
-        let clock = SkewClock::default();
-        let store = Store::connect_with(&url, options(&clock))
-            .await
-            .expect("open PostgreSQL store");
-        store.migrate().await.expect("migrate PostgreSQL");
-        TestDb {
-            store,
-            backend: Backend::Postgres,
-            clock,
-            _sqlite_dir: None,
-            pg: Some((admin_url, name)),
-        }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let Some((admin_url, name)) = self.pg.take() else {
-            return;
-        };
-        let dropper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(mut admin) = sqlx::AnyConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        });
-        let _ = dropper.join();
-    }
-}
-
-fn options(clock: &SkewClock) -> StoreOptions {
-    StoreOptions {
-        clock: Arc::new(clock.clone()),
-        first_query_delay: Duration::from_millis(200),
-        ..StoreOptions::default()
-    }
-}
-
-fn database_url(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (admin_url, None),
-    };
-    let prefix = match base.rsplit_once('/') {
-        Some((prefix, _)) if prefix.contains("://") && prefix.len() > "postgres://".len() => prefix,
-        _ => base,
-    };
-    match query {
-        Some(q) => format!("{prefix}/{name}?{q}"),
-        None => format!("{prefix}/{name}"),
-    }
+/// A fresh database on `backend` with the API tests' store options.
+pub async fn test_db(backend: Backend) -> TestDb {
+    TestDb::open_with(backend, store_options()).await
 }
 
 /// The API served on an ephemeral local port.
@@ -219,74 +83,8 @@ pub fn pepper() -> ApiKeyPepper {
     ApiKeyPepper::new(b"merchant-api-test-pepper-32-bytes".to_vec()).expect("pepper")
 }
 
-/// Directory holding `<adapter>.wasm`: `SLUICE_TEST_ADAPTERS_DIR`, else the
-/// workspace's `target/adapters` (where `cargo xtask build-adapters` puts them).
-pub fn adapters_dir() -> PathBuf {
-    std::env::var_os("SLUICE_TEST_ADAPTERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/adapters"))
-}
-
-fn adapter_bytes(name: &str) -> Vec<u8> {
-    let path = adapters_dir().join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the compiled adapter {} ({e}). Build the adapters first: \
-             `cargo xtask build-adapters` (or set SLUICE_TEST_ADAPTERS_DIR)",
-            path.display()
-        )
-    })
-}
-
-/// One compile cache per test binary, so the component compiles once.
-fn cache_dir() -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("compile cache dir"))
-        .path()
-        .to_path_buf()
-}
-
 fn runtime() -> AdapterRuntime {
-    let runtime = AdapterRuntime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_instances: 16,
-        ..RuntimeConfig::default()
-    })
-    .expect("adapter runtime");
-    runtime
-        .load(ADAPTER, &adapter_bytes(ADAPTER), None, true)
-        .unwrap_or_else(|e| panic!("loading {ADAPTER}: {e:?}"));
-    runtime
-}
-
-/// Budgets small enough for tests, large enough for 2 shared cores.
-pub fn orchestrator_config() -> OrchestratorConfig {
-    OrchestratorConfig {
-        sync_wait: Duration::from_secs(3),
-        psp_timeout: Duration::from_millis(800),
-        in_flight_grace: Duration::from_millis(100),
-        inbox: InboxConfig {
-            max_tries: 3,
-            retry_base: Duration::ZERO,
-            retry_cap: Duration::ZERO,
-            idle_poll: Duration::from_millis(20),
-            ..InboxConfig::default()
-        },
-        ..OrchestratorConfig::default()
-    }
-}
-
-fn init_tracing() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn".into()),
-            )
-            .with_test_writer()
-            .try_init();
-    });
+    runtime_with(&[ADAPTER])
 }
 
 impl Gateway {
@@ -295,7 +93,6 @@ impl Gateway {
     }
 
     pub async fn start_with(db: TestDb, config: ApiConfig) -> Gateway {
-        init_tracing();
         let psp = FakePsp::start().await;
         let runtime = tokio::task::spawn_blocking(runtime)
             .await
@@ -469,14 +266,7 @@ impl Gateway {
 /// `X-Test-Signature: t=<unix>,v1=<hex hmac>` over `"{t}.{body}"`, the
 /// `test-well-behaved` adapter's scheme.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    use hmac::{Hmac, Mac};
-    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes()).expect("key");
-    mac.update(format!("{timestamp}.").as_bytes());
-    mac.update(body);
-    format!(
-        "t={timestamp},v1={}",
-        hex::encode(mac.finalize().into_bytes())
-    )
+    well_behaved_signature(secret, timestamp, body)
 }
 
 impl Gateway {
@@ -504,22 +294,6 @@ impl Gateway {
         let signature = sign(WEBHOOK_SECRET, SystemClock.now_ms() / 1000, &bytes);
         self.webhook_signed(ADAPTER, account, &signature, &bytes)
             .await
-    }
-}
-
-/// Poll `check` until it returns Some, or fail after `within`.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

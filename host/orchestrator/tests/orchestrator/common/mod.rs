@@ -4,232 +4,35 @@
 //! over real HTTP.
 #![allow(dead_code)]
 
-pub use sluice_system_tests::fake_psp;
+pub use sluice_test_support::fake_psp;
 pub mod sandbox;
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-use sluice_adapter_runtime::{AdapterRuntime, Header, RuntimeConfig, WebhookRequest};
+use sluice_adapter_runtime::{Header, WebhookRequest};
 use sluice_core::{CaptureMode, Currency, Money};
 use sluice_orchestrator::{
-    ConfirmOptions, CreatePayment, InboxConfig, Orchestrator, OrchestratorConfig, ReqwestTransport,
+    ConfirmOptions, CreatePayment, Orchestrator, OrchestratorConfig, ReqwestTransport,
 };
 use sluice_store::{
-    Backend, Clock, ConnectorAccount, Merchant, NewConnectorAccount, Store, StoreOptions,
-    SystemClock,
+    Backend, Clock, ConnectorAccount, Merchant, NewConnectorAccount, Store, SystemClock,
 };
-use sqlx::Connection;
+pub use sluice_test_support::adapters::{runtime_with, well_behaved_signature, WELL_BEHAVED};
+pub use sluice_test_support::eventually;
+pub use sluice_test_support::orchestrator::{store_options, test_config};
 
 pub use fake_psp::{FakePsp, Mode, Route as PspRoute, API_KEY};
 
-pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const WEBHOOK_SECRET: &str = "whsec_orchestrator_test";
-pub const ADAPTER: &str = "test-well-behaved";
+pub const ADAPTER: &str = WELL_BEHAVED;
 
-/// Run one async test body against both backends (two `#[tokio::test]`s).
-#[macro_export]
-macro_rules! dual_test {
-    ($(#[$meta:meta])* async fn $name:ident($db:ident) $body:block) => {
-        $(#[$meta])*
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
+/// The orchestrator tests' database: the store runs on the wall clock.
+pub type TestDb = sluice_test_support::TestDb<SystemClock>;
+/// What `dual_test!` hands each body.
+pub type TestSubject = TestDb;
 
-            async fn run($db: $crate::common::TestDb) $body
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_sqlite() {
-                run($crate::common::TestDb::sqlite().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn on_postgres() {
-                run($crate::common::TestDb::postgres().await).await;
-            }
-        }
-    };
-}
-
-/// A migrated store on a throwaway database, dropped afterwards.
-pub struct TestDb {
-    pub store: Store,
-    pub backend: Backend,
-    _sqlite_dir: Option<tempfile::TempDir>,
-    pg: Option<(String, String)>,
-}
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        clock: Arc::new(SystemClock),
-        first_query_delay: Duration::from_millis(200),
-        ..StoreOptions::default()
-    }
-}
-
-impl TestDb {
-    pub async fn sqlite() -> TestDb {
-        init_tracing();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}/sluice.db", dir.path().display());
-        let store = Store::connect_with(&url, options())
-            .await
-            .expect("open SQLite store");
-        store.migrate().await.expect("migrate SQLite");
-        TestDb {
-            store,
-            backend: Backend::Sqlite,
-            _sqlite_dir: Some(dir),
-            pg: None,
-        }
-    }
-
-    pub async fn postgres() -> TestDb {
-        init_tracing();
-        sqlx::any::install_default_drivers();
-        let admin_url =
-            std::env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into());
-        let mut admin = sqlx::AnyConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "PostgreSQL is required by the orchestrator tests and is unreachable at \
-                     {admin_url}: {e}. Start PostgreSQL or point SLUICE_TEST_DATABASE_URL at one."
-                )
-            });
-        let name = format!("sluice_orch_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let store = Store::connect_with(&database_url(&admin_url, &name), options())
-            .await
-            .expect("open PostgreSQL store");
-        store.migrate().await.expect("migrate PostgreSQL");
-        TestDb {
-            store,
-            backend: Backend::Postgres,
-            _sqlite_dir: None,
-            pg: Some((admin_url, name)),
-        }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let Some((admin_url, name)) = self.pg.take() else {
-            return;
-        };
-        // Best effort, on a thread of its own: Drop cannot await.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(mut admin) = sqlx::AnyConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
-fn database_url(admin_url: &str, name: &str) -> String {
-    match admin_url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => format!("{admin_url}/{name}"),
-    }
-}
-
-fn init_tracing() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn".into()),
-            )
-            .with_test_writer()
-            .try_init();
-    });
-}
-
-/// Directory holding `<adapter>.wasm`: `SLUICE_TEST_ADAPTERS_DIR`, else
-/// `$CARGO_TARGET_DIR/adapters`, else the workspace's `target/adapters`
-/// (where `cargo xtask build-adapters` puts them).
-pub fn adapters_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SLUICE_TEST_ADAPTERS_DIR") {
-        return PathBuf::from(dir);
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        let dir = PathBuf::from(target).join("adapters");
-        if dir.is_dir() {
-            return dir;
-        }
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/adapters")
-}
-
-pub fn adapter_bytes(name: &str) -> Vec<u8> {
-    let path = adapters_dir().join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the compiled adapter {} ({e}). Build the adapters first: \
-             `cargo xtask build-adapters` (or set SLUICE_TEST_ADAPTERS_DIR)",
-            path.display()
-        )
-    })
-}
-
-/// One compile cache per test binary, so each component compiles once.
-fn cache_dir() -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("compile cache dir"))
-        .path()
-        .to_path_buf()
-}
-
-/// A runtime with the named adapters loaded and active.
-pub fn runtime_with(names: &[&str]) -> AdapterRuntime {
-    let runtime = AdapterRuntime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_instances: 16,
-        ..RuntimeConfig::default()
-    })
-    .expect("adapter runtime");
-    for name in names {
-        runtime
-            .load(name, &adapter_bytes(name), None, true)
-            .unwrap_or_else(|e| panic!("loading {name}: {e:?}"));
-    }
-    runtime
-}
-
-/// Budgets small enough for tests, large enough for 2 shared cores.
-pub fn test_config() -> OrchestratorConfig {
-    OrchestratorConfig {
-        sync_wait: Duration::from_secs(3),
-        psp_timeout: Duration::from_millis(800),
-        in_flight_grace: Duration::from_millis(100),
-        inbox: InboxConfig {
-            max_tries: 3,
-            retry_base: Duration::ZERO,
-            retry_cap: Duration::ZERO,
-            idle_poll: Duration::from_millis(20),
-            ..InboxConfig::default()
-        },
-        ..OrchestratorConfig::default()
-    }
+pub async fn test_subject(backend: Backend) -> TestDb {
+    TestDb::open_with(backend, store_options()).await
 }
 
 /// A store, the fake PSP, a merchant with one connector account for it, and
@@ -329,11 +132,7 @@ pub fn eur(amount: i64) -> Money {
 
 pub fn signed_webhook(account_id: &str, secret: &str, body: &serde_json::Value) -> WebhookRequest {
     let body = serde_json::to_vec(body).unwrap();
-    let t = SystemClock.now_ms() / 1000;
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(&body);
-    let v1 = hex::encode(mac.finalize().into_bytes());
+    let signature = well_behaved_signature(secret, SystemClock.now_ms() / 1000, &body);
     WebhookRequest {
         method: "POST".into(),
         path: format!("/webhooks/{ADAPTER}/{account_id}"),
@@ -344,25 +143,9 @@ pub fn signed_webhook(account_id: &str, secret: &str, body: &serde_json::Value) 
             },
             Header {
                 name: "X-Test-Signature".into(),
-                value: format!("t={t},v1={v1}"),
+                value: signature,
             },
         ],
         body,
-    }
-}
-
-/// Poll `check` until it returns Some, or fail after `within`.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }

@@ -82,28 +82,27 @@ macro_rules! e2e_test {
             #[allow(unused_imports)]
             use super::*;
             use $crate::common::sandbox::{E2e, Psp};
-            use $crate::common::TestDb;
 
             async fn run($e2e: E2e) $body
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn stripe_on_sqlite() {
-                run(E2e::start(TestDb::sqlite().await, Psp::Stripe).await).await;
+                run(E2e::start($crate::common::test_subject(sluice_store::Backend::Sqlite).await, Psp::Stripe).await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn stripe_on_postgres() {
-                run(E2e::start(TestDb::postgres().await, Psp::Stripe).await).await;
+                run(E2e::start($crate::common::test_subject(sluice_store::Backend::Postgres).await, Psp::Stripe).await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn adyen_on_sqlite() {
-                run(E2e::start(TestDb::sqlite().await, Psp::Adyen).await).await;
+                run(E2e::start($crate::common::test_subject(sluice_store::Backend::Sqlite).await, Psp::Adyen).await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn adyen_on_postgres() {
-                run(E2e::start(TestDb::postgres().await, Psp::Adyen).await).await;
+                run(E2e::start($crate::common::test_subject(sluice_store::Backend::Postgres).await, Psp::Adyen).await).await;
             }
         }
     };
