@@ -242,7 +242,9 @@ pub async fn put_routing_config(
 ) -> Result<Response, ApiError> {
     let merchant_id = merchant_or_404(&merchant_id)?;
     let config = RoutingConfig::from(body);
-    config.validate().map_err(|e| refusal(&e))?;
+    // Existence first: naming an account that is not the merchant's is a 404
+    // whatever else the body says; only a configuration over the merchant's own
+    // accounts is judged for its shape (400).
     state.store.get_merchant(merchant_id).await?;
     let own = state.store.list_connector_accounts(merchant_id).await?;
     if let Some(foreign) = config
@@ -255,6 +257,7 @@ pub async fn put_routing_config(
             format!("no such connector account: {foreign}"),
         ));
     }
+    config.validate().map_err(|e| refusal(&e))?;
     let stored = state
         .store
         .put_routing_config(merchant_id, &config)
