@@ -349,7 +349,8 @@ pub fn route_refusal(refusal: &sluice_orchestrator::RouteRefusal) -> ApiError {
             .with_param(param)
             .before_execution(),
         R::Disabled(_) => ApiError::state_conflict("connector_account_disabled", param, message),
-        R::NoMatch { .. } => ApiError::missing("no_route", param, message),
+        // The payment exists; the merchant's configuration cannot serve it.
+        R::NoMatch { .. } => ApiError::state_conflict("no_route", param, message),
         R::Ambiguous { .. } => ApiError::state_conflict("route_ambiguous", param, message),
     }
 }

@@ -91,7 +91,7 @@ pub struct FailureOverrideBody {
     /// `credentials_refused`, `insufficient_funds`, `lost_or_stolen_card`,
     /// `fraud`, `issuer_declined`, `invalid_card`, `authentication_failed`,
     /// `invalid_request` or `unclassified`.
-    #[schema(value_type = String)]
+    #[schema(schema_with = failure_class_schema)]
     pub class: FailureClass,
     /// Whether routing may try another account after this code.
     pub cascade: bool,
@@ -288,4 +288,28 @@ pub async fn get_routing_config(
     state.store.get_merchant(merchant_id).await?;
     let stored = state.store.routing_config(merchant_id).await?;
     Ok(json(StatusCode::OK, &view(merchant_id, stored.as_ref())))
+}
+
+/// The failure classes, as the enum the body accepts (so a schema-valid body
+/// never names a class the server refuses).
+fn failure_class_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some([
+            "issuer_unavailable",
+            "processor_unavailable",
+            "processing_error",
+            "credentials_refused",
+            "insufficient_funds",
+            "lost_or_stolen_card",
+            "fraud",
+            "issuer_declined",
+            "invalid_card",
+            "authentication_failed",
+            "invalid_request",
+            "unclassified",
+        ]))
+        .description(Some("How routing reads this code."))
+        .build()
 }

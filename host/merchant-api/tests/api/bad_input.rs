@@ -261,7 +261,7 @@ fn cases() -> Vec<Case> {
             "no route for the adapter",
             with(&|b| b["routing"] = json!({"adapter": "stripe"})),
             json_ct,
-            404,
+            409,
             "no_route",
             Some("routing.adapter"),
         ),
