@@ -231,7 +231,8 @@ fn merchant_or_404(id: &str) -> Result<&str, ApiError> {
         (status = 200, body = RoutingConfigView),
         (status = 400, description = "A malformed configuration (duplicate rule ids or accounts, weights all 0, an empty amount range, an unknown currency)", body = ErrorBody),
         (status = 401, body = ErrorBody),
-        (status = 404, description = "No such merchant, or an account that is not the merchant's", body = ErrorBody),
+        (status = 404, description = "No such merchant", body = ErrorBody),
+        (status = 409, description = "The configuration names an account that is not the merchant's", body = ErrorBody),
     ),
     security(("admin_token" = []))
 )]
@@ -252,9 +253,10 @@ pub async fn put_routing_config(
         .into_iter()
         .find(|id| !own.iter().any(|a| a.id == *id))
     {
-        return Err(ApiError::not_found(
-            "resource_missing",
-            format!("no such connector account: {foreign}"),
+        return Err(ApiError::state_conflict(
+            "connector_account_unknown",
+            "rules",
+            format!("not a connector account of this merchant: {foreign}"),
         ));
     }
     config.validate().map_err(|e| refusal(&e))?;

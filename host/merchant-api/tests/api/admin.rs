@@ -89,7 +89,7 @@ dual_test! {
             )
         };
         let rule = |accounts: serde_json::Value| json!({"rules": [{"id": "eur", "when": {"currencies": ["EUR"]}, "accounts": accounts}]});
-        put(rule(json!([{"connector_account": other.account, "weight": 1}]))).await.expect_error(404, "resource_missing");
+        put(rule(json!([{"connector_account": other.account, "weight": 1}]))).await.expect_error(409, "connector_account_unknown");
         put(rule(json!([{"connector_account": second, "weight": 0}]))).await.expect_error(400, "routing_config_invalid");
         let set = put(rule(json!([{"connector_account": second, "weight": 1}, {"connector_account": m.account, "weight": 0}])))
             .await
