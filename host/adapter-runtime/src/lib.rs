@@ -46,7 +46,7 @@ pub use handle::AdapterHandle;
 pub use keyring::{
     HmacHash, KeyText, Keyring, KeyringFailure, PlaceholderError, MAX_HMAC_DATA_BYTES, REDACTED,
 };
-pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits};
+pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE};
 pub use runtime::{AdapterIdentity, AdapterRuntime, AdapterStatus, AdapterVersionInfo};
 
 use std::collections::BTreeMap;
