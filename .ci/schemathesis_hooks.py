@@ -1,6 +1,6 @@
 """Schemathesis hooks for `.ci/schemathesis`.
 
-Every rule the server enforces is in the OpenAPI document, except three that
+Every rule the server enforces is in the OpenAPI document, except four that
 a static JSON Schema cannot state. For cases schemathesis generated as valid
 (positive), these hooks draw the values inside the rule, so a refusal of valid
 data still fails the run; negative cases are left exactly as generated:
@@ -13,6 +13,11 @@ data still fails the run; negative cases are left exactly as generated:
   is refused (400 `idempotency_key_reused`, tested in the Rust suite).
   Hypothesis repeats short keys across unrelated cases, so a well-formed key
   gets a per-case suffix (it stays well formed; a malformed one is untouched).
+- A routing configuration (PUT /admin/merchants/{id}/routing) is judged as a
+  whole: rule ids unique, each rule's accounts distinct and their weights not
+  all 0, `min_amount_minor` not above `max_amount_minor`, one override per
+  adapter and code (uniqueness by a key, and relations between fields, which
+  JSON Schema cannot say; tested in the Rust suite).
 """
 
 import itertools
@@ -75,9 +80,54 @@ def _ordered_created_range(case) -> None:
         query["created_gte"], query["created_lte"] = query["created_lte"], query["created_gte"]
 
 
+def _distinct(value: str, seen: set, max_len: int) -> str:
+    """`value`, or a variant of it not in `seen` (still visible ASCII, at most `max_len`)."""
+    candidate, n = value, 0
+    while candidate in seen:
+        n += 1
+        suffix = f"~{n}"
+        candidate = value[: max_len - len(suffix)] + suffix
+    seen.add(candidate)
+    return candidate
+
+
+def _routing_as_a_whole(case) -> None:
+    if case.method.upper() != "PUT" or not case.path.endswith("/routing"):
+        return
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    ids = set()
+    for rule in body.get("rules") or []:
+        if not isinstance(rule, dict):
+            continue
+        if isinstance(rule.get("id"), str):
+            rule["id"] = _distinct(rule["id"], ids, 64)
+        accounts = [a for a in rule.get("accounts") or [] if isinstance(a, dict)]
+        names = set()
+        for account in accounts:
+            if isinstance(account.get("connector_account"), str):
+                account["connector_account"] = _distinct(account["connector_account"], names, 64)
+        if accounts and all(a.get("weight") == 0 for a in accounts):
+            accounts[0]["weight"] = 1
+        when = rule.get("when")
+        if isinstance(when, dict):
+            lo, hi = _integer(when.get("min_amount_minor")), _integer(when.get("max_amount_minor"))
+            if lo is not None and hi is not None and lo > hi:
+                when["min_amount_minor"], when["max_amount_minor"] = hi, lo
+    pairs = set()
+    for override in body.get("failure_overrides") or []:
+        if not isinstance(override, dict) or not isinstance(override.get("code"), str):
+            continue
+        seen = {code for adapter, code in pairs if adapter == override.get("adapter")}
+        override["code"] = _distinct(override["code"], seen, 128)
+        pairs.add((override.get("adapter"), override["code"]))
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     _unique_keys(case)
     if _positive(case):
         _deadline_in_window(case)
         _ordered_created_range(case)
+        _routing_as_a_whole(case)

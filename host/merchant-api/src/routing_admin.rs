@@ -31,22 +31,23 @@ use crate::MerchantApiState;
 pub struct RouteConditionsBody {
     /// ISO 4217 codes; empty or absent: any currency.
     #[serde(default)]
-    #[schema(max_items = 32)]
+    #[schema(schema_with = currencies_schema)]
     pub currencies: Vec<String>,
     /// Inclusive lower bound in minor units.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "req::optional_integer")]
     #[schema(minimum = 0)]
     pub min_amount_minor: Option<i64>,
     /// Inclusive upper bound in minor units (not below `min_amount_minor`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "req::optional_integer")]
     #[schema(minimum = 0)]
     pub max_amount_minor: Option<i64>,
     /// E.g. `card`; empty or absent: any type.
     #[serde(default)]
-    #[schema(max_items = 16)]
+    #[schema(schema_with = payment_method_types_schema)]
     pub payment_method_types: Vec<String>,
     /// Metadata keys whose values must be equal.
     #[serde(default)]
+    #[schema(schema_with = metadata_schema)]
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -55,12 +56,13 @@ pub struct RouteConditionsBody {
 #[serde(deny_unknown_fields)]
 pub struct WeightedAccountBody {
     /// One of the merchant's connector accounts.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[\x21-\x7e]+$")]
     pub connector_account: String,
     /// Relative share of first attempts (0: only ever a failover target).
     /// The split is deterministic per payment id.
+    #[serde(deserialize_with = "req::integer")]
     #[schema(minimum = 0, maximum = 1000000)]
-    pub weight: u32,
+    pub weight: i64,
 }
 
 /// One routing rule.
@@ -68,7 +70,7 @@ pub struct WeightedAccountBody {
 #[serde(deny_unknown_fields)]
 pub struct RouteRuleBody {
     /// Unique in the configuration; recorded in each attempt's history.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[\x21-\x7e]+$")]
     pub id: String,
     #[serde(default)]
     pub when: RouteConditionsBody,
@@ -82,10 +84,10 @@ pub struct RouteRuleBody {
 #[serde(deny_unknown_fields)]
 pub struct FailureOverrideBody {
     /// The adapter's name, e.g. `stripe`.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(schema_with = crate::openapi::fields::adapter_name)]
     pub adapter: String,
     /// The adapter's `failure.code`, e.g. `processing_error` or `4`.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(schema_with = failure_code_schema)]
     pub code: String,
     /// `issuer_unavailable`, `processor_unavailable`, `processing_error`,
     /// `credentials_refused`, `insufficient_funds`, `lost_or_stolen_card`,
@@ -107,14 +109,14 @@ pub struct RoutingConfigBody {
     pub rules: Vec<RouteRuleBody>,
     /// Accounts tried after the chosen rule's (also when no rule holds).
     #[serde(default)]
-    #[schema(max_items = 16)]
+    #[schema(schema_with = fallback_schema)]
     pub fallback: Vec<String>,
     #[serde(default)]
     #[schema(max_items = 64)]
     pub failure_overrides: Vec<FailureOverrideBody>,
     /// How long after the first attempt a failover may still start
     /// (default 60000; 0 turns failover off).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "req::optional_integer")]
     #[schema(minimum = 0, maximum = 3600000)]
     pub failover_window_ms: Option<i64>,
 }
@@ -151,7 +153,8 @@ impl From<RoutingConfigBody> for RoutingConfig {
                         .into_iter()
                         .map(|a| WeightedAccount {
                             connector_account: a.connector_account,
-                            weight: a.weight,
+                            // In range: `check_fields` refused any other weight.
+                            weight: u32::try_from(a.weight).unwrap_or(0),
                         })
                         .collect(),
                 })
@@ -213,6 +216,105 @@ fn refusal(error: &RoutingConfigError) -> ApiError {
     ApiError::invalid("routing_config_invalid", param, error.to_string())
 }
 
+/// Longest rule id, connector account or payment method type in a configuration.
+const MAX_TOKEN_CHARS: usize = 64;
+/// Longest failure code of an override.
+const MAX_CODE_CHARS: usize = 128;
+const MAX_CURRENCIES: usize = 32;
+const MAX_METHOD_TYPES: usize = 16;
+const MAX_METADATA_CONDITIONS: usize = 16;
+const MAX_WEIGHT: i64 = 1_000_000;
+
+/// Visible ASCII, 1 to [`MAX_TOKEN_CHARS`]: a rule id, an account, a method type.
+fn token(value: &str, param: &str) -> Result<(), ApiError> {
+    let visible = value.bytes().all(|b| b.is_ascii_graphic());
+    if value.is_empty() || value.len() > MAX_TOKEN_CHARS || !visible {
+        return Err(ApiError::invalid(
+            "string_invalid",
+            param,
+            format!("{param} must be 1 to {MAX_TOKEN_CHARS} visible ASCII characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn at_most(len: usize, max: usize, param: &str) -> Result<(), ApiError> {
+    if len > max {
+        return Err(ApiError::invalid(
+            "routing_config_invalid",
+            param,
+            format!("{param} holds at most {max} entries"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_conditions(when: &RouteConditionsBody, at: &str) -> Result<(), ApiError> {
+    at_most(
+        when.currencies.len(),
+        MAX_CURRENCIES,
+        &format!("{at}.currencies"),
+    )?;
+    for currency in &when.currencies {
+        req::currency(currency, &format!("{at}.currencies"))?;
+    }
+    let types = &when.payment_method_types;
+    at_most(
+        types.len(),
+        MAX_METHOD_TYPES,
+        &format!("{at}.payment_method_types"),
+    )?;
+    for kind in types {
+        token(kind, &format!("{at}.payment_method_types"))?;
+    }
+    at_most(
+        when.metadata.len(),
+        MAX_METADATA_CONDITIONS,
+        &format!("{at}.metadata"),
+    )?;
+    for (key, value) in &when.metadata {
+        let param = format!("{at}.metadata");
+        req::required_text(key, &param, req::MAX_METADATA_KEY_CHARS)?;
+        req::text(value, &param, req::MAX_METADATA_VALUE_CHARS)?;
+    }
+    Ok(())
+}
+
+/// Every field on its own, as the OpenAPI document states it (400); what
+/// relates fields to each other is [`RoutingConfig::validate`]'s.
+fn check_fields(body: &RoutingConfigBody) -> Result<(), ApiError> {
+    for (index, rule) in body.rules.iter().enumerate() {
+        let at = format!("rules[{index}]");
+        token(&rule.id, &format!("{at}.id"))?;
+        check_conditions(&rule.when, &format!("{at}.when"))?;
+        for account in &rule.accounts {
+            token(&account.connector_account, &format!("{at}.accounts"))?;
+            if !(0..=MAX_WEIGHT).contains(&account.weight) {
+                return Err(ApiError::invalid(
+                    "parameter_invalid",
+                    &format!("{at}.accounts"),
+                    format!("a weight is between 0 and {MAX_WEIGHT}"),
+                ));
+            }
+        }
+    }
+    for account in &body.fallback {
+        token(account, "fallback")?;
+    }
+    for (index, o) in body.failure_overrides.iter().enumerate() {
+        let at = format!("failure_overrides[{index}]");
+        if !crate::admin::valid_adapter_name(&o.adapter) {
+            return Err(ApiError::invalid(
+                "adapter_name_invalid",
+                &format!("{at}.adapter"),
+                "an adapter name is 1 to 64 of a-z, 0-9 and -",
+            ));
+        }
+        req::required_text(&o.code, &format!("{at}.code"), MAX_CODE_CHARS)?;
+    }
+    Ok(())
+}
+
 fn merchant_or_404(id: &str) -> Result<&str, ApiError> {
     if req::looks_like_id(id) {
         Ok(id)
@@ -222,14 +324,14 @@ fn merchant_or_404(id: &str) -> Result<&str, ApiError> {
 }
 
 /// Replace a merchant's routing configuration. Every account it names must
-/// be one of the merchant's (404 otherwise); nothing is written on a refusal.
+/// be one of the merchant's (409 otherwise); nothing is written on a refusal.
 #[utoipa::path(
     put, path = "/admin/merchants/{merchant_id}/routing", tag = "admin",
     params(("merchant_id" = String, Path)),
     request_body = RoutingConfigBody,
     responses(
         (status = 200, body = RoutingConfigView),
-        (status = 400, description = "A malformed configuration (duplicate rule ids or accounts, weights all 0, an empty amount range, an unknown currency)", body = ErrorBody),
+        (status = 400, description = "A malformed field, or a configuration that is malformed as a whole (duplicate rule ids, accounts or overrides, a rule's weights all 0, an empty amount range)", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such merchant", body = ErrorBody),
         (status = 409, description = "The configuration names an account that is not the merchant's", body = ErrorBody),
@@ -242,10 +344,11 @@ pub async fn put_routing_config(
     ApiJson(body): ApiJson<RoutingConfigBody>,
 ) -> Result<Response, ApiError> {
     let merchant_id = merchant_or_404(&merchant_id)?;
+    check_fields(&body)?;
     let config = RoutingConfig::from(body);
-    // Existence first: naming an account that is not the merchant's is a 404
+    // Then existence: naming an account that is not the merchant's is a 409
     // whatever else the body says; only a configuration over the merchant's own
-    // accounts is judged for its shape (400).
+    // accounts is judged as a whole (400).
     state.store.get_merchant(merchant_id).await?;
     let own = state.store.list_connector_accounts(merchant_id).await?;
     if let Some(foreign) = config
@@ -314,4 +417,58 @@ fn failure_class_schema() -> utoipa::openapi::Object {
         ]))
         .description(Some("How routing reads this code."))
         .build()
+}
+
+fn array_of(items: utoipa::openapi::Object, max: usize, unique: bool) -> utoipa::openapi::Array {
+    use utoipa::openapi::schema::ArrayBuilder;
+    ArrayBuilder::new()
+        .items(items)
+        .max_items(Some(max))
+        .unique_items(unique)
+        .build()
+}
+
+fn token_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_TOKEN_CHARS))
+        .pattern(Some(crate::openapi::fields::ID_PATTERN))
+        .build()
+}
+
+fn currencies_schema() -> utoipa::openapi::Array {
+    array_of(
+        crate::openapi::fields::currency_code(false),
+        MAX_CURRENCIES,
+        false,
+    )
+}
+
+fn payment_method_types_schema() -> utoipa::openapi::Array {
+    array_of(token_schema(), MAX_METHOD_TYPES, false)
+}
+
+/// Accounts tried after the rule's, each once.
+fn fallback_schema() -> utoipa::openapi::Array {
+    array_of(
+        token_schema(),
+        sluice_core::routing::MAX_ACCOUNTS_PER_LIST,
+        true,
+    )
+}
+
+fn metadata_schema() -> utoipa::openapi::Object {
+    crate::openapi::fields::string_map(
+        MAX_METADATA_CONDITIONS,
+        req::MAX_METADATA_KEY_CHARS,
+        req::MAX_METADATA_VALUE_CHARS,
+        true,
+        false,
+    )
+}
+
+fn failure_code_schema() -> utoipa::openapi::Object {
+    crate::openapi::fields::required_text(MAX_CODE_CHARS, false)
 }

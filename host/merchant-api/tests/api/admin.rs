@@ -106,3 +106,48 @@ dual_test! {
         assert!(timeline.contains("rule eur: weighted split"), "{timeline}");
     }
 }
+
+dual_test! {
+    async fn every_field_of_a_routing_configuration_is_judged_before_anything_is_written(&gw) {
+        let m = gw.merchant("Acme").await;
+        let path = format!("/admin/merchants/{}/routing", m.id);
+        let put = |config: serde_json::Value| {
+            gw.send(
+                gw.http
+                    .put(gw.url(&path))
+                    .header("authorization", format!("Bearer {}", crate::common::ADMIN_TOKEN))
+                    .header("content-type", "application/json")
+                    .body(config.to_string()),
+            )
+        };
+        let overriding = |adapter: &str, code: String| {
+            json!({"failure_overrides": [{"adapter": adapter, "code": code, "class": "fraud", "cascade": false}]})
+        };
+        let rule = |when: serde_json::Value, id: &str| {
+            json!({"rules": [{"id": id, "when": when, "accounts": [{"connector_account": m.account, "weight": 1}]}]})
+        };
+        let many: serde_json::Map<String, serde_json::Value> = (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let cases = [
+            (overriding("stripe", "x".repeat(129)), "string_too_long", "failure_overrides[0].code"),
+            (overriding("stripe", " padded".into()), "string_invalid", "failure_overrides[0].code"),
+            (overriding("Stripe!", "fraudulent".into()), "adapter_name_invalid", "failure_overrides[0].adapter"),
+            (rule(json!({}), "with space"), "string_invalid", "rules[0].id"),
+            (rule(json!({"currencies": ["XYZ"]}), "eur"), "currency_unsupported", "rules[0].when.currencies"),
+            (rule(json!({"payment_method_types": ["x".repeat(65)]}), "eur"), "string_invalid", "rules[0].when.payment_method_types"),
+            (rule(json!({"metadata": many}), "eur"), "routing_config_invalid", "rules[0].when.metadata"),
+            (json!({"fallback": ["acct\n"]}), "string_invalid", "fallback"),
+        ];
+        for (body, code, param) in cases {
+            let refused = put(body.clone()).await.expect_error(400, code);
+            assert_eq!(refused["param"], param, "{body}: {refused}");
+        }
+        // Judged as a whole only once every field is sound: one override per adapter and code.
+        let twice = json!({"failure_overrides": [
+            {"adapter": "stripe", "code": "fraudulent", "class": "fraud", "cascade": false},
+            {"adapter": "stripe", "code": "fraudulent", "class": "issuer_declined", "cascade": true},
+        ]});
+        put(twice).await.expect_error(400, "routing_config_invalid");
+        let unchanged = gw.admin_get(&path).await.expect(200).json();
+        assert_eq!(unchanged["version"], 0, "{unchanged}");
+    }
+}
