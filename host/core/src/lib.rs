@@ -28,6 +28,9 @@
 //!   of accounts for a payment ([`plan_route`]) and the failover step
 //!   ([`next_step`]): seed 001 §9's hard rule, never while an attempt is
 //!   unresolved.
+//! - [`breaker`]: the circuit breaker of a connector account (or an adapter)
+//!   as a pure state machine over the host's clock: a window of call
+//!   outcomes opens it, half-open probes close it.
 //! - [`recovery`]: what the recovery scanner does with a pending attempt,
 //!   refund or capture (issue 6), and the outbox redelivery schedule.
 //!
@@ -58,6 +61,7 @@
 //!   payment's state, only the amounts.
 
 pub mod amounts;
+pub mod breaker;
 pub mod command;
 pub mod decide;
 pub mod decision;
@@ -73,6 +77,7 @@ pub mod snapshot;
 pub mod state;
 
 pub use amounts::{AmountError, Amounts};
+pub use breaker::{Breaker, BreakerPolicy, BreakerState, BreakerTransition, CallHealth};
 pub use command::{
     cancel_unsent_refund, decide_order, request_capture, request_refund, request_void,
     OrderCommand, RequestRefused,

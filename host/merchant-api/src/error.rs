@@ -352,6 +352,8 @@ pub fn route_refusal(refusal: &sluice_orchestrator::RouteRefusal) -> ApiError {
         // The payment exists; the merchant's configuration cannot serve it.
         R::NoMatch { .. } => ApiError::state_conflict("no_route", param, message),
         R::Ambiguous { .. } => ApiError::state_conflict("route_ambiguous", param, message),
+        // Paused or breaker open: the message names each account and why.
+        R::AllSkipped(_) => ApiError::state_conflict("no_eligible_route", param, message),
     }
 }
 

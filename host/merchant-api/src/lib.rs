@@ -18,6 +18,7 @@ pub mod error;
 pub mod evidence;
 pub mod extract;
 pub mod fulfillment_admin;
+pub mod health_admin;
 pub mod idempotency;
 pub mod limits;
 pub mod openapi;
@@ -190,6 +191,9 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
             routing_admin::put_routing_config,
             routing_admin::get_routing_config
         ))
+        .routes(routes!(health_admin::account_health))
+        .routes(routes!(health_admin::pause_account))
+        .routes(routes!(health_admin::resume_account))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

@@ -235,6 +235,7 @@ impl Orchestrator {
         self.store()
             .note_psp_call(PendingKind::Attempt, &attempt.id)
             .await?;
+        self.admit_new_attempt(connector).await;
         self.send(connector, own, &spec, &request, &provenance)
             .await
     }
@@ -617,7 +618,7 @@ impl Orchestrator {
         request: &crate::transport::CheckedRequest,
         provenance: &Provenance,
     ) -> Result<(Action, Learned), OrchestratorError> {
-        let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
+        let outcome = self.perform(connector, spec, request).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
@@ -662,7 +663,7 @@ impl Orchestrator {
         };
         self.store().note_psp_call(kind, id).await?;
         let provenance = Self::provenance(connector, trigger);
-        let outcome = call::perform(self.inner.transport.as_ref(), connector, spec, &request).await;
+        let outcome = self.perform(connector, spec, &request).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self

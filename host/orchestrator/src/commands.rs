@@ -457,8 +457,7 @@ impl Orchestrator {
             mode: attempt.capture_mode,
         };
         let provenance = Orchestrator::provenance(&connector, Trigger::Scanner);
-        let outcome =
-            call::perform(self.inner.transport.as_ref(), &connector, &spec, &request).await;
+        let outcome = self.perform(&connector, &spec, &request).await;
         if let Some(code) = outcome.unknown_code() {
             tracing::info!(payment_id, attempt_id, adapter = %attempt.adapter, code,
                 "cancel of an expired customer step has no answer yet; the next scan resends it");

@@ -24,6 +24,9 @@ pub struct OrchestratorConfig {
     /// connector account may override them with its own config keys, see
     /// [`ConnectorRecovery`]). An adapter not named has neither.
     pub adapter_recovery: BTreeMap<String, ConnectorRecovery>,
+    /// When a connector account's (or an adapter's) breaker opens and for
+    /// how long routing then skips it for new attempts.
+    pub breaker: sluice_core::BreakerPolicy,
 }
 
 /// What recovery may rely on for one connector: data about the PSP's
@@ -81,6 +84,7 @@ impl Default for OrchestratorConfig {
             in_flight_grace: Duration::from_secs(2),
             inbox: InboxConfig::default(),
             adapter_recovery: BTreeMap::new(),
+            breaker: sluice_core::BreakerPolicy::default(),
         }
     }
 }

@@ -40,6 +40,10 @@ pub enum RouteRefusal {
     NoMatch { by_adapter: bool },
     #[error("several active connector accounts match; name one with connector_account")]
     Ambiguous { by_adapter: bool },
+    /// Every account that could serve the payment is skipped for new
+    /// attempts now: `account (why)`, in plan order.
+    #[error("every connector account that could serve this payment is skipped for new attempts: {}", .0.join("; "))]
+    AllSkipped(Vec<String>),
 }
 
 impl RouteRefusal {
@@ -267,8 +271,9 @@ impl Orchestrator {
     }
 
     /// The eligibility filter of routing: the merchant's accounts that may not
-    /// take a new attempt now, with the reason (a disabled account). Queries
-    /// of attempts already at an account are never filtered.
+    /// take a new attempt now, with the reason (disabled, paused by an
+    /// operator, breaker open). Queries of attempts already at an account
+    /// are never filtered.
     pub(crate) async fn ineligible_accounts(
         &self,
         merchant_id: &str,
@@ -278,8 +283,14 @@ impl Orchestrator {
             .list_connector_accounts(merchant_id)
             .await?
             .into_iter()
-            .filter(|a| a.status != "active")
-            .map(|a| (a.id, format!("account is {}", a.status)))
+            .filter_map(|a| {
+                let why = if a.status == "active" {
+                    self.new_attempt_refusal(&a)?
+                } else {
+                    format!("account is {}", a.status)
+                };
+                Some((a.id, why))
+            })
             .collect())
     }
 }
@@ -331,7 +342,15 @@ pub(crate) fn first_eligible<'p>(
             None => return Ok((entry, skipped)),
         }
     }
-    Err(RouteRefusal::NoMatch { by_adapter: false })
+    if skipped.is_empty() {
+        return Err(RouteRefusal::NoMatch { by_adapter: false });
+    }
+    Err(RouteRefusal::AllSkipped(
+        skipped
+            .iter()
+            .map(|(a, why)| format!("{a} ({why})"))
+            .collect(),
+    ))
 }
 
 /// Which stored parameters differ from a repeated create's (empty: same payment).

@@ -6,7 +6,8 @@
 //! connection error, 5xx, garbage: the payment's outcome is UNKNOWN), and
 //! `reason` the HTTP status class or the transport error code.
 //! `sluice_tenant_scope_refusals_total{adapter,source}` counts events refused
-//! at the tenant boundary. [`register_metrics`] adds them to the server's registry.
+//! at the tenant boundary. `sluice_breaker_transitions_total{breaker,to}`
+//! counts circuit breaker transitions. [`register_metrics`] adds them to the server's registry.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -17,6 +18,7 @@ struct PspMetrics {
     duration: HistogramVec,
     calls: IntCounterVec,
     scope_refusals: IntCounterVec,
+    breaker_transitions: IntCounterVec,
 }
 
 fn metrics() -> Option<&'static PspMetrics> {
@@ -53,10 +55,20 @@ fn metrics() -> Option<&'static PspMetrics> {
                 &["adapter", "source"],
             )
             .ok()?;
+            let breaker_transitions = IntCounterVec::new(
+                Opts::new(
+                    "sluice_breaker_transitions_total",
+                    "Circuit breaker transitions per breaker (account:<id> or adapter:<name>) \
+                     and the state entered (open, half_open, closed)",
+                ),
+                &["breaker", "to"],
+            )
+            .ok()?;
             Some(PspMetrics {
                 duration,
                 calls,
                 scope_refusals,
+                breaker_transitions,
             })
         })
         .as_ref()
@@ -72,6 +84,7 @@ pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
     registry.register(Box::new(m.duration.clone()))?;
     registry.register(Box::new(m.calls.clone()))?;
     registry.register(Box::new(m.scope_refusals.clone()))?;
+    registry.register(Box::new(m.breaker_transitions.clone()))?;
     Ok(())
 }
 
@@ -98,6 +111,15 @@ pub(crate) fn observe(
 pub(crate) fn scope_refused(adapter: &str, source: &str) {
     if let Some(m) = metrics() {
         m.scope_refusals.with_label_values(&[adapter, source]).inc();
+    }
+}
+
+/// Count one breaker transition.
+pub(crate) fn breaker_moved(breaker: &str, to: &str) {
+    if let Some(m) = metrics() {
+        m.breaker_transitions
+            .with_label_values(&[breaker, to])
+            .inc();
     }
 }
 

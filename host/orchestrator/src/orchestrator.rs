@@ -106,6 +106,7 @@ pub(crate) struct Inner {
     /// The HTTP client of pull-mode fulfillment calls (each call sets its
     /// own timeout).
     pub pull_client: reqwest::Client,
+    pub breakers: crate::breakers::Breakers,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -131,6 +132,7 @@ impl Orchestrator {
                 runtime,
                 transport,
                 clock,
+                breakers: crate::breakers::Breakers::new(config.breaker),
                 config,
                 pull_client: reqwest::Client::new(),
             }),

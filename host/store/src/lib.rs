@@ -23,6 +23,7 @@ mod ids;
 mod listing;
 mod refusals;
 
+pub mod account_health;
 pub mod history;
 pub mod idempotency;
 pub mod inbox;
@@ -36,6 +37,7 @@ pub mod secret_box;
 pub mod secrets;
 pub mod stats;
 
+pub use account_health::{AccountEvent, MAX_ACCOUNT_EVENTS};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
     cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,
@@ -50,8 +52,8 @@ pub use ids::{keyed_capture_reference, keyed_refund_reference};
 pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
 pub use listing::PaymentFilter;
 pub use merchants::{
-    ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, IssuedApiKey, Merchant,
-    NewConnectorAccount,
+    AccountPause, ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, IssuedApiKey,
+    Merchant, NewConnectorAccount,
 };
 pub use outbox::OutboxMessage;
 pub use payments::{

@@ -1,7 +1,7 @@
 //! Merchants, their API keys (stored only as a keyed hash) and their connector
 //! accounts (PSP credentials; secrets only through an internal accessor).
 
-use crate::db::{int, json, opt_int, text};
+use crate::db::{int, json, opt_int, opt_text, text};
 use crate::{ids, Store, StoreError};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -88,8 +88,17 @@ pub struct ConnectorAccount {
     pub config: serde_json::Value,
     /// `active` or `disabled`.
     pub status: String,
+    /// Set while an operator has paused the account for new attempts.
+    pub paused: Option<AccountPause>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// An operator's pause of a connector account (migration 0016).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountPause {
+    pub reason: String,
+    pub at_ms: i64,
 }
 
 /// Config and secrets of one connector account, for the adapter runtime only.
@@ -124,8 +133,8 @@ pub struct NewConnectorAccount {
 
 const MERCHANT_COLS: &str = "id, name, status, created_at, updated_at";
 const KEY_COLS: &str = "id, merchant_id, key_prefix, label, created_at, revoked_at";
-const ACCOUNT_COLS: &str =
-    "id, merchant_id, adapter, label, config_json, status, created_at, updated_at";
+const ACCOUNT_COLS: &str = "id, merchant_id, adapter, label, config_json, status, \
+     paused_reason, paused_at, created_at, updated_at";
 
 fn merchant_from(row: &AnyRow) -> Result<Merchant, StoreError> {
     Ok(Merchant {
@@ -156,6 +165,10 @@ fn account_from(row: &AnyRow) -> Result<ConnectorAccount, StoreError> {
         label: text(row, "label")?,
         config: json(row, "connector_accounts", "config_json")?,
         status: text(row, "status")?,
+        paused: match (opt_text(row, "paused_reason")?, opt_int(row, "paused_at")?) {
+            (Some(reason), Some(at_ms)) => Some(AccountPause { reason, at_ms }),
+            _ => None,
+        },
         created_at: int(row, "created_at")?,
         updated_at: int(row, "updated_at")?,
     })
@@ -345,6 +358,7 @@ impl Store {
             label: new.label.clone(),
             config: new.config.clone(),
             status: "active".into(),
+            paused: None,
             created_at: now,
             updated_at: now,
         };

@@ -151,3 +151,44 @@ dual_test! {
         assert_eq!(unchanged["version"], 0, "{unchanged}");
     }
 }
+
+dual_test! {
+    async fn an_operator_pauses_and_resumes_an_account_over_http_and_its_health_shows_who_and_why(&gw) {
+        let m = gw.merchant("Acme").await;
+        let other = gw.merchant("Other").await;
+        let alice = crate::review::operator(gw, "alice").await;
+        let base = format!("/admin/merchants/{}/connector_accounts/{}", m.id, m.account);
+        let healthy = gw.admin_get(&format!("{base}/health")).await.expect(200).json();
+        assert_eq!((healthy["takes_new_attempts"].as_bool(), healthy["breaker"]["state"].as_str()), (Some(true), Some("closed")));
+
+        // The admin token alone cannot pause: the history must name an operator.
+        gw.admin_post(&format!("{base}/pause"), &json!({"reason": "incident"})).await.expect_error(401, "operator_key_missing");
+        let pause = |path: String, body: serde_json::Value| {
+            let key = alice.clone();
+            async move { crate::review::as_operator(gw, &key, &path, Some(&body)).await }
+        };
+        pause(format!("{base}/pause"), json!({"reason": " "})).await.expect_error(400, "string_invalid");
+        // Another merchant's account through this merchant's path does not exist.
+        let foreign = format!("/admin/merchants/{}/connector_accounts/{}/pause", m.id, other.account);
+        pause(foreign, json!({"reason": "x"})).await.expect_error(404, "resource_missing");
+        let paused = pause(format!("{base}/pause"), json!({"reason": "PSP incident 42"})).await.expect(200).json();
+        assert_eq!(paused["takes_new_attempts"], false);
+        assert_eq!(paused["skipped_because"], "paused by an operator: PSP incident 42");
+        assert_eq!(paused["history"][0]["actor"], "operator:alice");
+
+        // A payment naming the paused account is refused, saying why, and nothing is charged.
+        let mut body = crate::common::payment_body("paused-0", 500);
+        body["confirm"] = json!(true);
+        body["connector_account"] = json!(m.account);
+        let created = gw.post(&m.key, "/v1/payments", &body).await;
+        let error = created.expect_error(409, "no_eligible_route");
+        assert!(error["message"].as_str().unwrap().contains("PSP incident 42"), "{error}");
+
+        let resumed = pause(format!("{base}/resume"), json!({})).await.expect(200).json();
+        assert_eq!((resumed["takes_new_attempts"].as_bool(), resumed["paused"].is_null()), (Some(true), true));
+        let kinds: Vec<&str> = resumed["history"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["resumed", "paused"]);
+        let other_health = gw.admin_get(&format!("/admin/merchants/{}/connector_accounts/{}/health", other.id, other.account)).await.expect(200).json();
+        assert_eq!(other_health["history"].as_array().map(Vec::len), Some(0), "the other merchant's account saw nothing");
+    }
+}

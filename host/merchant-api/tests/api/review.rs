@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 const OPERATOR_HEADER: &str = "Sluice-Operator-Key";
 
-async fn operator(gw: &Gateway, name: &str) -> String {
+pub(crate) async fn operator(gw: &Gateway, name: &str) -> String {
     let issued = gw
         .admin_post("/admin/operators", &json!({"name": name}))
         .await
@@ -19,7 +19,12 @@ async fn operator(gw: &Gateway, name: &str) -> String {
     issued["key"].as_str().expect("key shown once").to_owned()
 }
 
-async fn as_operator(gw: &Gateway, key: &str, path: &str, body: Option<&Value>) -> Reply {
+pub(crate) async fn as_operator(
+    gw: &Gateway,
+    key: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Reply {
     let request = match body {
         Some(body) => gw
             .http

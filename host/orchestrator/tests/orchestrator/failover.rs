@@ -99,9 +99,9 @@ e2e_test! {
             && h.to_state == "FAILED"
             && h.failure_code.as_deref() == Some(CREDENTIALS_REFUSED_CODE)));
 
-        // Named directly, without any other account to go to: failed, not processing.
-        let named = e2e.orch.create_payment(&e2e.merchant.id, sluice_orchestrator::CreatePayment {
-            merchant_order_no: "fo-creds-named".into(),
+        // Named directly while its breaker is open: refused, saying why.
+        let named = |order_no: &'static str| e2e.orch.create_payment(&e2e.merchant.id, sluice_orchestrator::CreatePayment {
+            merchant_order_no: order_no.into(),
             amount: crate::common::eur(700),
             capture_mode: CaptureMode::Automatic,
             payment_method_token: Some("pm_card_visa".into()),
@@ -113,9 +113,103 @@ e2e_test! {
                 connector_account_id: Some(mistyped.id.clone()),
                 ..Default::default()
             }),
-        }).await.unwrap().view;
-        assert_eq!(named.status, ClientStatus::Failed);
-        assert_eq!(named.details.attempts.len(), 1);
-        assert_eq!(named.details.attempts[0].failure.as_ref().unwrap().code, CREDENTIALS_REFUSED_CODE);
+        });
+        let refused = named("fo-creds-named").await.expect_err("breaker open").to_string();
+        assert!(refused.contains("credentials refused"), "{refused}");
+        // Its probe, without any other account to go to: failed, not processing.
+        e2e.clock.advance(sluice_core::BreakerPolicy::default().open_ms);
+        let probe = named("fo-creds-probe").await.unwrap().view;
+        assert_eq!(probe.status, ClientStatus::Failed);
+        assert_eq!(probe.details.attempts.len(), 1);
+        assert_eq!(probe.details.attempts[0].failure.as_ref().unwrap().code, CREDENTIALS_REFUSED_CODE);
+    }
+}
+
+e2e_test! {
+    async fn an_open_breaker_routes_around_the_account_and_an_answered_probe_closes_it_again(e2e) {
+        e2e.webhooks_off();
+        let (mistyped, _) = e2e.another_account("Mistyped", Some("sk_test_mistyped_key")).await;
+        e2e.route_in_order(&[&mistyped, &e2e.account]).await;
+        let first = e2e.create("br-1", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(first.details.attempts.len(), 2, "failed over from the refused credentials");
+        let health = e2e.orch.account_health(&e2e.merchant.id, &mistyped.id).await.unwrap();
+        assert_eq!(health.breaker.state.name(), "open");
+        assert!(health.refusal.as_deref().is_some_and(|r| r.contains("credentials refused")), "{:?}", health.refusal);
+
+        // Open: the next payment goes straight to the second account, and says why.
+        let second = e2e.create("br-2", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(second.status, ClientStatus::Succeeded);
+        assert_eq!(second.details.attempts.len(), 1);
+        assert_eq!(second.details.attempts[0].connector_account_id, e2e.account.id);
+        let reasons = route_reasons(&e2e, &second).await;
+        assert!(reasons[0].contains(&mistyped.id) && reasons[0].contains("breaker open"), "{reasons:?}");
+        assert_eq!(e2e.sandbox.charge_count(&second.details.attempts[0].reference), 1);
+
+        // The operator fixes the key; after the open time one probe goes there and closes it.
+        let fixed = serde_json::json!({"api_key": e2e.psp.api_key(), "webhook_secret": "unused"});
+        e2e.db.store.update_connector_account(&mistyped.id, None, Some(&fixed), None).await.unwrap();
+        e2e.clock.advance(sluice_core::BreakerPolicy::default().open_ms);
+        let third = e2e.create("br-3", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(third.status, ClientStatus::Succeeded);
+        assert_eq!(third.details.attempts.len(), 1);
+        assert_eq!(third.details.attempts[0].connector_account_id, mistyped.id, "the probe");
+        let health = e2e.orch.account_health(&e2e.merchant.id, &mistyped.id).await.unwrap();
+        assert_eq!(health.breaker.state.name(), "closed");
+        assert_eq!(health.refusal, None);
+        let moves: Vec<&str> = health.history.iter().rev().map(|e| e.detail.as_str()).collect();
+        assert_eq!(moves.len(), 3, "{moves:?}");
+        assert!(moves[0].ends_with("closed -> open: credentials refused"), "{moves:?}");
+        assert!(moves[1].contains("open -> half_open"), "{moves:?}");
+        assert!(moves[2].contains("half_open -> closed"), "{moves:?}");
+    }
+}
+
+e2e_test! {
+    async fn a_paused_account_takes_no_new_attempts_while_its_open_attempts_converge(e2e) {
+        // Webhooks on: an Adyen-format capture is confirmed only by notification.
+        let (second, _) = e2e.another_account("B", None).await;
+        e2e.route_in_order(&[&e2e.account, &second]).await;
+        let held = e2e.create("pause-held", 2000, CaptureMode::Manual, "pm_card_visa").await;
+        assert_eq!(held.details.attempts[0].state, AttemptState::Authorized);
+        assert_eq!(held.details.attempts[0].connector_account_id, e2e.account.id);
+
+        let health = e2e.orch.pause_account(&e2e.merchant.id, &e2e.account.id, "PSP incident 42", "operator:alice").await.unwrap();
+        assert_eq!(health.refusal.as_deref(), Some("paused by an operator: PSP incident 42"));
+        assert_eq!((health.history[0].kind.as_str(), health.history[0].actor.as_str()), ("paused", "operator:alice"));
+
+        // New attempts go elsewhere, saying why.
+        let routed = e2e.create("pause-new", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(routed.details.attempts.len(), 1);
+        assert_eq!(routed.details.attempts[0].connector_account_id, second.id);
+        let reasons = route_reasons(&e2e, &routed).await;
+        assert!(reasons[0].contains("paused by an operator: PSP incident 42"), "{reasons:?}");
+        // The attempt already there keeps going: it is captured at the paused account.
+        let captured = e2e.orch.capture(&e2e.merchant.id, &held.details.order.id, None).await.unwrap();
+        let capture_id = captured.capture.id.clone();
+        crate::common::eventually(std::time::Duration::from_secs(20), "the capture at the paused account", || async {
+            let capture = e2e.db.store.get_capture(&capture_id).await.unwrap();
+            (capture.state == sluice_core::CaptureState::Succeeded).then_some(())
+        })
+        .await;
+
+        // With nothing else to go to, the merchant is told which account was skipped and why.
+        e2e.route_in_order(&[&e2e.account]).await;
+        let refused = e2e.orch.create_payment(&e2e.merchant.id, sluice_orchestrator::CreatePayment {
+            merchant_order_no: "pause-nowhere".into(),
+            amount: crate::common::eur(700),
+            capture_mode: CaptureMode::Automatic,
+            payment_method_token: Some("pm_card_visa".into()),
+            return_url: None,
+            description: None,
+            metadata: serde_json::json!({}),
+            fulfillment: Default::default(),
+            confirm: Some(Default::default()),
+        }).await;
+        let message = refused.expect_err("no eligible account").to_string();
+        assert!(message.contains(&e2e.account.id) && message.contains("PSP incident 42"), "{message}");
+
+        e2e.orch.resume_account(&e2e.merchant.id, &e2e.account.id, "operator:bob").await.unwrap();
+        let back = e2e.create("pause-back", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(back.details.attempts[0].connector_account_id, e2e.account.id);
     }
 }

@@ -160,3 +160,34 @@ dual_test! {
         assert!(matches!(store.put_routing_config("mer_nobody", &sluice_core::RoutingConfig::default()).await, Err(StoreError::NotFound { .. })));
     }
 }
+
+dual_test! {
+    async fn a_pause_and_a_resume_are_stored_with_their_reason_in_the_accounts_append_only_history(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        assert_eq!(fx.account.paused, None);
+        let paused = store.pause_connector_account(&fx.account.id, "PSP incident 42", "op_alice").await.unwrap();
+        let pause = paused.paused.expect("paused");
+        assert_eq!(pause.reason, "PSP incident 42");
+        let listed = store.list_connector_accounts(&fx.merchant.id).await.unwrap();
+        assert_eq!(listed[0].paused.as_ref().map(|p| p.reason.as_str()), Some("PSP incident 42"));
+        store.record_breaker_transition(&fx.account.id, "closed -> open: credentials refused").await.unwrap();
+        let resumed = store.resume_connector_account(&fx.account.id, "op_bob").await.unwrap();
+        assert_eq!(resumed.paused, None);
+        // Resuming again changes nothing and writes nothing.
+        store.resume_connector_account(&fx.account.id, "op_bob").await.unwrap();
+        let events = store.connector_account_events(&fx.account.id).await.unwrap();
+        let kinds: Vec<(&str, &str)> = events.iter().map(|e| (e.kind.as_str(), e.actor.as_str())).collect();
+        assert_eq!(kinds, [("resumed", "op_bob"), ("breaker", "breaker"), ("paused", "op_alice")]);
+        assert_eq!(events[2].detail, "PSP incident 42");
+
+        let rewrite = sqlx::query("UPDATE connector_account_events SET detail = 'nothing happened'")
+            .execute(store.pool())
+            .await;
+        assert!(rewrite.is_err(), "history is append-only");
+        let erase = sqlx::query("DELETE FROM connector_account_events").execute(store.pool()).await;
+        assert!(erase.is_err(), "history is append-only");
+        let missing = store.pause_connector_account("ca_missing", "x", "op_alice").await;
+        assert!(matches!(missing, Err(StoreError::NotFound { .. })));
+    }
+}

@@ -26,7 +26,8 @@ use sluice_sandbox_psp::{
     DeliveryFaults, Format, RetryPolicy, SandboxConfig, SandboxHandle, WebhookTarget,
     DEFAULT_ADYEN_API_KEY, DEFAULT_STRIPE_API_KEY,
 };
-use sluice_store::{Clock, ConnectorAccount, Merchant, NewConnectorAccount, SystemClock};
+use sluice_store::{Clock, ConnectorAccount, Merchant, NewConnectorAccount};
+use sluice_test_support::clock::SkewClock;
 use tokio::sync::watch;
 
 use super::{eur, runtime_with, test_config, TestDb};
@@ -53,7 +54,7 @@ impl Psp {
         }
     }
 
-    fn api_key(self) -> &'static str {
+    pub fn api_key(self) -> &'static str {
         match self {
             Psp::Stripe => DEFAULT_STRIPE_API_KEY,
             Psp::Adyen => DEFAULT_ADYEN_API_KEY,
@@ -151,6 +152,9 @@ pub struct E2e {
     pub merchant: Merchant,
     pub account: ConnectorAccount,
     pub gateway_url: String,
+    /// The orchestrator's clock (the system's, until a test jumps it ahead,
+    /// e.g. past a breaker's open time).
+    pub clock: SkewClock,
     stop: watch::Sender<bool>,
 }
 
@@ -219,7 +223,8 @@ impl E2e {
             inner: ReqwestTransport::new().expect("transport"),
             lose_next_creation: AtomicBool::new(false),
         });
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let skew = SkewClock::default();
+        let clock: Arc<dyn Clock> = Arc::new(skew.clone());
         let orch = Orchestrator::new(
             db.store.clone(),
             runtime,
@@ -240,6 +245,7 @@ impl E2e {
             merchant,
             account,
             gateway_url,
+            clock: skew,
             stop,
         };
         e2e.webhooks_on();
