@@ -42,6 +42,8 @@ pub struct Config {
     pub workers: WorkerTimings,
     /// Timings of the fulfillment guarantee (`[fulfillment]`).
     pub fulfillment: FulfillmentTimings,
+    /// The per-account rate limit of the PSP webhook route (`[webhooks]`).
+    pub webhooks: WebhookIntake,
     /// The master key that seals secrets at rest (`master_key`, `SLUICE_MASTER_KEY`:
     /// 32 bytes as 64 hex digits or base64). `sluice serve` refuses to start without it.
     pub master_key: Option<Secret>,
@@ -154,6 +156,39 @@ pub struct WorkerTimings {
     pub idempotency_lease_ms: Option<u64>,
 }
 
+/// The PSP webhook route's token bucket per connector account, as written in
+/// `[webhooks]`: PSPs send bursts after their own outages, so a gateway sizes
+/// it from its measured ingest rate (BENCHMARKS.md). Unset: burst 200, 100/s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookIntake {
+    /// Webhooks one account may send at once.
+    pub burst: Option<u32>,
+    /// Refill of the bucket, webhooks per second.
+    pub per_second: Option<u32>,
+}
+
+/// Largest webhook burst or rate a config may set (the bucket counts in u64 thousandths).
+pub const MAX_WEBHOOK_RATE: u32 = 1_000_000;
+
+impl WebhookIntake {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("webhooks.burst", self.burst),
+            ("webhooks.per_second", self.per_second),
+        ] {
+            if let Some(v) = value.filter(|v| *v == 0 || *v > MAX_WEBHOOK_RATE) {
+                return Err(ConfigError::InvalidValue {
+                    name,
+                    value: v.to_string(),
+                    reason: format!("between 1 and {MAX_WEBHOOK_RATE}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Timings of the fulfillment guarantee, as written in `[fulfillment]`
 /// (milliseconds). Unset fields keep the core's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -253,6 +288,8 @@ struct FileConfig {
     workers: WorkerTimings,
     #[serde(default)]
     fulfillment: FulfillmentTimings,
+    #[serde(default)]
+    webhooks: WebhookIntake,
     master_key: Option<String>,
     #[serde(default)]
     previous_master_keys: Vec<String>,
@@ -398,6 +435,10 @@ impl Config {
                 .collect(),
             workers: file.workers,
             fulfillment: file.fulfillment,
+            webhooks: {
+                file.webhooks.validate()?;
+                file.webhooks
+            },
             master_key: master_key.map(Secret::new),
             previous_master_keys: previous_master_keys.into_iter().map(Secret::new).collect(),
             dev_master_key: false,
@@ -575,6 +616,22 @@ action_timeout = 1",
         )
         .unwrap_err();
         assert!(err.to_string().contains("action_timeout"), "{err}");
+    }
+
+    #[test]
+    fn the_webhook_rate_limit_comes_from_the_webhooks_section_and_nonsense_is_refused() {
+        let text = "[webhooks]\nburst = 5000\nper_second = 2500";
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        assert_eq!(
+            (config.webhooks.burst, config.webhooks.per_second),
+            (Some(5000), Some(2500))
+        );
+        let unset = Config::from_parts(None, no_env).unwrap();
+        assert_eq!(unset.webhooks, WebhookIntake::default());
+        for bad in ["[webhooks]\nburst = 0", "[webhooks]\nper_second = 1000001"] {
+            let err = Config::from_parts(Some((bad, Path::new("s.toml"))), no_env).unwrap_err();
+            assert!(err.to_string().contains("webhooks."), "{err}");
+        }
     }
 
     #[test]

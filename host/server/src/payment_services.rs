@@ -55,6 +55,8 @@ pub struct PaymentSettings {
     pub workers: WorkerTimings,
     /// Recovery facts per adapter (`[adapters.<name>]`).
     pub adapter_recovery: BTreeMap<String, AdapterRecoveryConfig>,
+    /// The webhook route's per-account rate limit (`[webhooks]`).
+    pub webhooks: crate::config::WebhookIntake,
 }
 
 /// The assembled services. Cheap to clone.
@@ -117,6 +119,9 @@ impl PaymentServices {
         if let Some(lease) = timings.idempotency_lease_ms {
             api_config.idempotency_lease_ms = i64::try_from(lease).unwrap_or(i64::MAX);
         }
+        let limit = &mut api_config.webhook_rate_limit;
+        limit.burst = settings.webhooks.burst.unwrap_or(limit.burst);
+        limit.per_second = settings.webhooks.per_second.unwrap_or(limit.per_second);
         let merchant_api = MerchantApiState::with_config(orchestrator.clone(), pepper, api_config);
         merchant_api
             .webhook_metrics()

@@ -183,6 +183,7 @@ pub async fn start(
             nats_subject_prefix: non_empty_env("SLUICE_NATS_SUBJECT_PREFIX"),
             workers: config.workers.clone(),
             adapter_recovery: config.adapter_recovery.clone(),
+            webhooks: config.webhooks,
         },
     )?;
     let payment_routes = services.router(auth.clone());

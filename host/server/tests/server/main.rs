@@ -17,3 +17,4 @@ mod secrets_at_rest;
 mod startup;
 mod system;
 mod tenant_attack;
+mod webhook_limit;
