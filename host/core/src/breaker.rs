@@ -1,8 +1,8 @@
-//! A circuit breaker per connector account (and per adapter across
-//! accounts), as a pure state machine over virtual time (issue 13, seed 001
-//! §9): the host feeds it the outcome of every PSP call and asks it before
-//! routing a new attempt. It never sees a query of an attempt already at the
-//! PSP: convergence must not wait for the breaker.
+//! A circuit breaker of one connector account, as a pure state machine over
+//! the host's clock (issue 13, seed 001 §9): the host feeds it the outcome of
+//! every PSP call of the account (queries too: a PSP that answers them is
+//! up) and asks it only before routing a new attempt, never before a query
+//! of an attempt already at the PSP: convergence must not wait for it.
 //!
 //! Closed: outcomes go into a rolling window; once it holds at least
 //! `min_calls` and the unanswered share reaches `open_percent`, the breaker
@@ -279,13 +279,13 @@ mod tests {
     #[test]
     fn a_mostly_unanswered_window_opens_the_breaker_and_new_attempts_are_refused() {
         let mut b = breaker();
-        for t in 0..4 {
+        for t in 0..19 {
             assert_eq!(b.record(t, CallHealth::Unanswered), None, "below min_calls");
         }
-        let opened = b.record(4, CallHealth::Unanswered).expect("opens");
+        let opened = b.record(19, CallHealth::Unanswered).expect("opens");
         assert_eq!((opened.from, opened.to), ("closed", "open"));
         assert!(
-            opened.reason.contains("5 of the last 5"),
+            opened.reason.contains("20 of the last 20"),
             "{}",
             opened.reason
         );

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use sluice_orchestrator::{AccountHealth, BreakerHealth};
+use sluice_orchestrator::{AccountHealth, AdapterHealth, BreakerHealth};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody};
@@ -73,6 +73,28 @@ impl From<&BreakerHealth> for BreakerView {
     }
 }
 
+/// The adapter across its connector accounts (those this gateway process
+/// has called): failing when at least 3 of them, and at least half, have
+/// their breakers open for lack of answers (refused credentials are an
+/// account's own problem and do not count).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AdapterHealthView {
+    pub accounts: usize,
+    pub open_accounts: usize,
+    /// Why the adapter takes no new attempts on any account, if it does not.
+    pub refusal: Option<String>,
+}
+
+impl From<&AdapterHealth> for AdapterHealthView {
+    fn from(h: &AdapterHealth) -> Self {
+        AdapterHealthView {
+            accounts: h.accounts,
+            open_accounts: h.open_accounts,
+            refusal: h.refusal.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PauseView {
     pub reason: String,
@@ -103,8 +125,7 @@ pub struct AccountHealthView {
     pub skipped_because: Option<String>,
     pub paused: Option<PauseView>,
     pub breaker: BreakerView,
-    /// The breaker of the adapter across all its accounts.
-    pub adapter_breaker: BreakerView,
+    pub adapter_health: AdapterHealthView,
     /// Newest first, at most 100.
     pub history: Vec<AccountEventView>,
 }
@@ -123,7 +144,7 @@ impl From<&AccountHealth> for AccountHealthView {
                 at_ms: p.at_ms,
             }),
             breaker: BreakerView::from(&h.breaker),
-            adapter_breaker: BreakerView::from(&h.adapter_breaker),
+            adapter_health: AdapterHealthView::from(&h.adapter),
             history: h
                 .history
                 .iter()

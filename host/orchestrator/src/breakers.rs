@@ -1,7 +1,7 @@
 //! The circuit breakers of one gateway process (issue 13): one per
-//! connector account and one per adapter across its accounts, each the
-//! core's pure [`Breaker`] fed with the outcome of every PSP call and asked
-//! before routing a new attempt. In memory: a restarted process starts with
+//! connector account, the core's pure [`Breaker`] fed with the outcome of
+//! every PSP call through it, and the adapter's health across its accounts
+//! derived from theirs; both asked before routing a new attempt. In memory: a restarted process starts with
 //! closed breakers and learns again within one window; an operator's pause
 //! is the durable switch (stored, see `Store::pause_connector_account`).
 //! Queries of attempts already at the PSP are never held back by them.
@@ -13,15 +13,23 @@ use sluice_core::{Breaker, BreakerPolicy, BreakerState, BreakerTransition, CallH
 
 use crate::call::CallOutcome;
 
-/// Most breakers one process keeps (accounts + adapters); beyond it the
-/// oldest-unused is not tracked (TIGER_STYLE: a limit on everything).
+/// Most breakers one process keeps; accounts beyond it are not tracked
+/// (TIGER_STYLE: a limit on everything).
 const MAX_BREAKERS: usize = 10_000;
 
 #[derive(Debug)]
 pub(crate) struct Breakers {
     policy: BreakerPolicy,
-    map: Mutex<HashMap<String, Breaker>>,
+    /// By connector account: its adapter and its breaker.
+    map: Mutex<HashMap<String, (String, Breaker)>>,
 }
+
+/// The adapter counts as failing across accounts when at least this many of
+/// its accounts' breakers are open, and at least half of those it has seen.
+/// Derived from the accounts rather than fed by every call, so that one
+/// merchant's broken account, however busy, never closes the adapter for
+/// every other merchant.
+const ADAPTER_MIN_OPEN_ACCOUNTS: usize = 3;
 
 /// What the admin API shows of one breaker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +40,15 @@ pub struct BreakerHealth {
     pub window_unanswered: usize,
 }
 
-fn account_key(account: &str) -> String {
-    format!("account:{account}")
-}
-
-fn adapter_key(adapter: &str) -> String {
-    format!("adapter:{adapter}")
+/// What the admin API shows of the adapter across its accounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterHealth {
+    /// Accounts of the adapter this process has called, and how many of
+    /// them refuse new attempts now.
+    pub accounts: usize,
+    pub open_accounts: usize,
+    /// Why the adapter refuses new attempts on every account, if it does.
+    pub refusal: Option<String>,
 }
 
 /// What one call says about the PSP's health.
@@ -59,6 +70,8 @@ pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
     }
 }
 
+type Map = HashMap<String, (String, Breaker)>;
+
 impl Breakers {
     pub fn new(policy: BreakerPolicy) -> Breakers {
         Breakers {
@@ -67,7 +80,7 @@ impl Breakers {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Breaker>> {
+    fn lock(&self) -> MutexGuard<'_, Map> {
         // A panic while holding the lock cannot leave a breaker half-updated
         // in a way that matters more than losing it: keep using the map.
         self.map
@@ -75,35 +88,46 @@ impl Breakers {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The adapter across the accounts this process has called. A breaker
+    /// opened by refused credentials is that account's alone: not counted.
+    fn adapter_health(map: &Map, adapter: &str, now_ms: i64) -> AdapterHealth {
+        let mut accounts = 0;
+        let mut open_accounts = 0;
+        for (a, breaker) in map.values() {
+            if a != adapter {
+                continue;
+            }
+            accounts += 1;
+            let own = matches!(breaker.state(now_ms), BreakerState::Open { ref reason, .. }
+                if reason != "credentials refused");
+            open_accounts += usize::from(own);
+        }
+        let failing = open_accounts >= ADAPTER_MIN_OPEN_ACCOUNTS && open_accounts * 2 >= accounts;
+        AdapterHealth {
+            accounts,
+            open_accounts,
+            refusal: failing.then(|| {
+                format!("adapter {adapter} failing: breakers open on {open_accounts} of its {accounts} accounts")
+            }),
+        }
+    }
+
     /// Why a new attempt may not go to `account` now, if it may not.
     pub fn refusal(&self, account: &str, adapter: &str, now_ms: i64) -> Option<String> {
         let map = self.lock();
-        for (key, label) in [
-            (adapter_key(adapter), "adapter"),
-            (account_key(account), "account"),
-        ] {
-            if let Some(Err(why)) = map.get(&key).map(|b| b.check(now_ms)) {
-                return Some(format!("{label} {why}"));
-            }
+        if let Some(Err(why)) = map.get(account).map(|(_, b)| b.check(now_ms)) {
+            return Some(format!("account {why}"));
         }
-        None
+        Self::adapter_health(&map, adapter, now_ms).refusal
     }
 
     /// A new attempt is sent to `account`: while half-open it is a probe.
-    pub fn admit(
-        &self,
-        account: &str,
-        adapter: &str,
-        now_ms: i64,
-    ) -> Vec<(String, BreakerTransition)> {
+    pub fn admit(&self, account: &str, now_ms: i64) -> Option<BreakerTransition> {
         let mut map = self.lock();
-        let mut moved = Vec::new();
-        for key in [adapter_key(adapter), account_key(account)] {
-            if let Some(Ok(Some(t))) = map.get_mut(&key).map(|b| b.admit(now_ms)) {
-                moved.push((key, t));
-            }
+        match map.get_mut(account).map(|(_, b)| b.admit(now_ms)) {
+            Some(Ok(moved)) => moved,
+            _ => None,
         }
-        moved
     }
 
     /// The outcome of one PSP call through `account`.
@@ -113,37 +137,27 @@ impl Breakers {
         adapter: &str,
         now_ms: i64,
         health: CallHealth,
-    ) -> Vec<(String, BreakerTransition)> {
+    ) -> Option<BreakerTransition> {
         let mut map = self.lock();
-        let mut moved = Vec::new();
-        // A refusal of one account's credentials says nothing about the
-        // PSP: for the adapter's breaker it is an answer.
-        let for_adapter = match health {
-            CallHealth::CredentialsRefused => CallHealth::Answered,
-            other => other,
-        };
-        for (key, health) in [
-            (adapter_key(adapter), for_adapter),
-            (account_key(account), health),
-        ] {
-            if !map.contains_key(&key) && map.len() >= MAX_BREAKERS {
-                continue;
-            }
-            let breaker = map
-                .entry(key.clone())
-                .or_insert_with(|| Breaker::new(self.policy));
-            if let Some(t) = breaker.record(now_ms, health) {
-                moved.push((key, t));
-            }
+        if !map.contains_key(account) && map.len() >= MAX_BREAKERS {
+            return None;
         }
-        moved
+        let (_, breaker) = map
+            .entry(account.to_owned())
+            .or_insert_with(|| (adapter.to_owned(), Breaker::new(self.policy)));
+        breaker.record(now_ms, health)
     }
 
-    /// The account's and its adapter's breakers (closed when never fed).
-    pub fn health(&self, account: &str, adapter: &str, now_ms: i64) -> [BreakerHealth; 2] {
+    /// The account's breaker (closed when never fed) and its adapter's health.
+    pub fn health(
+        &self,
+        account: &str,
+        adapter: &str,
+        now_ms: i64,
+    ) -> (BreakerHealth, AdapterHealth) {
         let map = self.lock();
-        [account_key(account), adapter_key(adapter)].map(|key| match map.get(&key) {
-            Some(b) => {
+        let own = match map.get(account) {
+            Some((_, b)) => {
                 let (calls, bad) = b.window_counts(now_ms);
                 BreakerHealth {
                     state: b.state(now_ms),
@@ -156,7 +170,8 @@ impl Breakers {
                 window_calls: 0,
                 window_unanswered: 0,
             },
-        })
+        };
+        (own, Self::adapter_health(&map, adapter, now_ms))
     }
 }
 
@@ -166,7 +181,7 @@ impl Breakers {
 pub struct AccountHealth {
     pub account: sluice_store::ConnectorAccount,
     pub breaker: BreakerHealth,
-    pub adapter_breaker: BreakerHealth,
+    pub adapter: AdapterHealth,
     /// Newest first, at most `sluice_store::MAX_ACCOUNT_EVENTS`.
     pub history: Vec<sluice_store::AccountEvent>,
     /// Whether routing may give the account a new attempt now, and if not why.
@@ -190,36 +205,37 @@ impl crate::Orchestrator {
             self.now_ms(),
             health_of(&outcome),
         );
-        self.note_transitions(&connector.account_id, moved).await;
+        self.note_transition(&connector.account_id, moved).await;
         outcome
     }
 
     /// A new attempt is about to be sent: a probe while half-open.
     pub(crate) async fn admit_new_attempt(&self, connector: &crate::call::Connector) {
-        let adapter = connector.adapter.identity().name.clone();
         let moved = self
             .inner
             .breakers
-            .admit(&connector.account_id, &adapter, self.now_ms());
-        self.note_transitions(&connector.account_id, moved).await;
+            .admit(&connector.account_id, self.now_ms());
+        self.note_transition(&connector.account_id, moved).await;
     }
 
-    /// Log, count and write to the account's history every transition. A
+    /// Log, count and write to the account's history a transition. A
     /// history row that cannot be written is logged: the breaker itself is
     /// in memory and already moved.
-    async fn note_transitions(&self, account_id: &str, moved: Vec<(String, BreakerTransition)>) {
-        for (key, t) in moved {
-            tracing::warn!(breaker = %key, from = t.from, to = t.to, reason = %t.reason,
-                "circuit breaker moved");
-            crate::metrics::breaker_moved(&key, t.to);
-            let detail = format!("{key}: {} -> {}: {}", t.from, t.to, t.reason);
-            if let Err(error) = self
-                .store()
-                .record_breaker_transition(account_id, &detail)
-                .await
-            {
-                tracing::error!(breaker = %key, error = %error, "breaker transition not written to history");
-            }
+    async fn note_transition(&self, account_id: &str, moved: Option<BreakerTransition>) {
+        let Some(t) = moved else {
+            return;
+        };
+        tracing::warn!(connector_account = %account_id, from = t.from, to = t.to, reason = %t.reason,
+            "circuit breaker moved");
+        crate::metrics::breaker_moved(account_id, t.to);
+        let detail = format!("{} -> {}: {}", t.from, t.to, t.reason);
+        if let Err(error) = self
+            .store()
+            .record_breaker_transition(account_id, &detail)
+            .await
+        {
+            tracing::error!(connector_account = %account_id, error = %error,
+                "breaker transition not written to history");
         }
     }
 
@@ -247,7 +263,7 @@ impl crate::Orchestrator {
             .store()
             .get_connector_account(account_id, Some(merchant_id))
             .await?;
-        let [breaker, adapter_breaker] =
+        let (breaker, adapter) =
             self.inner
                 .breakers
                 .health(&account.id, &account.adapter, self.now_ms());
@@ -256,7 +272,7 @@ impl crate::Orchestrator {
             refusal: self.new_attempt_refusal(&account),
             account,
             breaker,
-            adapter_breaker,
+            adapter,
         })
     }
 
@@ -301,32 +317,56 @@ impl crate::Orchestrator {
 mod tests {
     use super::*;
 
+    fn open_account(breakers: &Breakers, account: &str, adapter: &str, health: CallHealth) {
+        let policy = BreakerPolicy::default();
+        for n in 0..policy.min_calls {
+            breakers.record(account, adapter, i64::from(n), health);
+        }
+    }
+
     #[test]
-    fn refused_credentials_open_the_accounts_breaker_and_never_the_adapters() {
+    fn refused_credentials_open_the_accounts_breaker_and_never_count_against_the_adapter() {
         let breakers = Breakers::new(BreakerPolicy::default());
-        let moved = breakers.record("ca_typo", "stripe", 0, CallHealth::CredentialsRefused);
-        assert_eq!(moved.len(), 1);
-        assert_eq!(moved[0].0, "account:ca_typo");
-        assert!(breakers.refusal("ca_typo", "stripe", 1).is_some());
+        for account in ["ca_1", "ca_2", "ca_3"] {
+            let moved = breakers.record(account, "stripe", 0, CallHealth::CredentialsRefused);
+            assert_eq!(moved.map(|t| t.to), Some("open"));
+        }
+        assert!(breakers.refusal("ca_1", "stripe", 1).is_some());
         assert_eq!(
             breakers.refusal("ca_other", "stripe", 1),
             None,
-            "other accounts of the adapter still route"
+            "other accounts still route"
         );
     }
 
     #[test]
-    fn an_adapter_that_stops_answering_on_every_account_opens_the_adapters_breaker() {
-        let policy = BreakerPolicy::default();
-        let breakers = Breakers::new(policy);
-        for n in 0..policy.min_calls {
-            let account = format!("ca_{}", n % 7);
-            breakers.record(&account, "adyen", i64::from(n), CallHealth::Unanswered);
+    fn one_busy_broken_account_never_closes_the_adapter_for_the_others() {
+        let breakers = Breakers::new(BreakerPolicy::default());
+        open_account(&breakers, "ca_broken", "adyen", CallHealth::Unanswered);
+        assert!(breakers.refusal("ca_broken", "adyen", 100).is_some());
+        assert_eq!(breakers.refusal("ca_healthy", "adyen", 100), None);
+        let (_, adapter) = breakers.health("ca_healthy", "adyen", 100);
+        assert_eq!(
+            (adapter.accounts, adapter.open_accounts, adapter.refusal),
+            (1, 1, None)
+        );
+    }
+
+    #[test]
+    fn an_adapter_failing_on_most_of_its_accounts_refuses_new_attempts_on_all_of_them() {
+        let breakers = Breakers::new(BreakerPolicy::default());
+        for account in ["ca_1", "ca_2", "ca_3"] {
+            open_account(&breakers, account, "adyen", CallHealth::Unanswered);
         }
+        open_account(&breakers, "ca_4", "adyen", CallHealth::Answered);
         let why = breakers
-            .refusal("ca_never_called", "adyen", 100)
-            .expect("adapter open");
-        assert!(why.starts_with("adapter breaker open"), "{why}");
-        assert_eq!(breakers.refusal("ca_never_called", "stripe", 100), None);
+            .refusal("ca_4", "adyen", 100)
+            .expect("the adapter is failing");
+        assert!(why.contains("3 of its 4 accounts"), "{why}");
+        assert_eq!(
+            breakers.refusal("ca_9", "stripe", 100),
+            None,
+            "other adapters route"
+        );
     }
 }

@@ -13,9 +13,9 @@
 //!   record SUBMITTED / PROCESSING through the store's door first, then send
 //!   with the stable reference as idempotency key; resolve UNKNOWN only by a
 //!   query with the original reference.
-//! - `breakers`: a circuit breaker per connector account and per adapter,
-//!   fed by every PSP call, asked before routing a new attempt (never
-//!   before a query).
+//! - `breakers`: a circuit breaker per connector account, fed by every PSP
+//!   call, and the adapter's health derived from its accounts' breakers;
+//!   asked before routing a new attempt (never before a query).
 //! - [`commands`]: create / confirm / capture / void / refund with a bounded
 //!   synchronous wait; the PSP step continues in the background.
 //! - [`webhook`] and [`inbox`]: verified webhook events go durably into the
@@ -43,7 +43,7 @@ pub mod transport;
 pub mod webhook;
 
 pub use advance::{Action, Advanced};
-pub use breakers::{AccountHealth, BreakerHealth};
+pub use breakers::{AccountHealth, AdapterHealth, BreakerHealth};
 pub use call::NotSent;
 pub use commands::{CaptureView, ConfirmOptions, Created, PaymentView, RefundView};
 pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};

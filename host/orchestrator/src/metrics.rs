@@ -6,7 +6,7 @@
 //! connection error, 5xx, garbage: the payment's outcome is UNKNOWN), and
 //! `reason` the HTTP status class or the transport error code.
 //! `sluice_tenant_scope_refusals_total{adapter,source}` counts events refused
-//! at the tenant boundary. `sluice_breaker_transitions_total{breaker,to}`
+//! at the tenant boundary. `sluice_breaker_transitions_total{connector_account,to}`
 //! counts circuit breaker transitions. [`register_metrics`] adds them to the server's registry.
 
 use std::sync::OnceLock;
@@ -58,10 +58,10 @@ fn metrics() -> Option<&'static PspMetrics> {
             let breaker_transitions = IntCounterVec::new(
                 Opts::new(
                     "sluice_breaker_transitions_total",
-                    "Circuit breaker transitions per breaker (account:<id> or adapter:<name>) \
-                     and the state entered (open, half_open, closed)",
+                    "Circuit breaker transitions per connector account and the state \
+                     entered (open, half_open, closed)",
                 ),
-                &["breaker", "to"],
+                &["connector_account", "to"],
             )
             .ok()?;
             Some(PspMetrics {
@@ -115,10 +115,10 @@ pub(crate) fn scope_refused(adapter: &str, source: &str) {
 }
 
 /// Count one breaker transition.
-pub(crate) fn breaker_moved(breaker: &str, to: &str) {
+pub(crate) fn breaker_moved(account: &str, to: &str) {
     if let Some(m) = metrics() {
         m.breaker_transitions
-            .with_label_values(&[breaker, to])
+            .with_label_values(&[account, to])
             .inc();
     }
 }
