@@ -21,12 +21,42 @@ pub enum AdapterError {
     /// A fresh instance could not be created (e.g. the instance pool is exhausted).
     #[error("cannot instantiate adapter: {0}")]
     Instantiate(String),
+    /// The bulkhead refused the call before it ran (its connector account's queue is
+    /// full, no slot came within the wait deadline, or its CPU budget is used up):
+    /// nothing happened; try again after `retry_after_ms`.
+    #[error("adapter call shed: {reason}")]
+    Shed {
+        reason: crate::bulkhead::ShedReason,
+        retry_after_ms: u64,
+    },
     /// The runtime is shutting down and no longer runs calls.
     #[error("adapter runtime is shutting down")]
     ShuttingDown,
     /// A failure of the host machinery itself, not of the adapter.
     #[error("adapter runtime internal error: {0}")]
     Internal(String),
+}
+
+impl From<crate::bulkhead::Shed> for AdapterError {
+    fn from(shed: crate::bulkhead::Shed) -> Self {
+        AdapterError::Shed {
+            reason: shed.reason,
+            retry_after_ms: u64::try_from(shed.retry_after.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        }
+    }
+}
+
+impl AdapterError {
+    /// For a shed call: when it is worth trying again (whole seconds, at least 1),
+    /// as a `Retry-After` header says it.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            AdapterError::Shed { retry_after_ms, .. } => Some(retry_after_ms.div_ceil(1000).max(1)),
+            _ => None,
+        }
+    }
 }
 
 /// Why an adapter component could not be loaded, activated or rolled back. When a
@@ -75,6 +105,8 @@ pub enum LoadError {
 pub enum RuntimeError {
     #[error("cannot configure the wasm engine: {0}")]
     Engine(String),
+    #[error("invalid bulkhead configuration: {0}")]
+    InvalidBulkhead(String),
     #[error("cannot use compile cache directory {path}: {message}")]
     CacheDir { path: PathBuf, message: String },
 }

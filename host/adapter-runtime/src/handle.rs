@@ -1,6 +1,9 @@
 //! Calls into one adapter version, each in a fresh sandbox.
 
 use crate::bindings::{PspAdapter, PspAdapterPre};
+use crate::bulkhead::cpu::CallTimer;
+use crate::bulkhead::pool::{CallKey, Usage};
+use crate::bulkhead::SlotGuard;
 use crate::engine::deadline_ticks;
 use crate::error::{describe_wasm_error, AdapterError};
 use crate::keyring::Keyring;
@@ -127,28 +130,32 @@ impl AdapterHandle {
 
     /// `handle_webhook` on the calling thread. For synchronous callers and benchmarks
     /// only: never call it from an async task, it blocks for up to the CPU deadline.
-    /// It does not wait for an instance slot: when all are busy it fails at once.
+    /// It does not wait for an instance slot: when its key cannot have one now, the
+    /// call is shed at once.
     pub fn handle_webhook_blocking(
         &self,
         account: &ConnectorAccountScope,
         request: &WebhookRequest,
     ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
         let _entered = self.span("handle-webhook", &account.account_id).entered();
-        let _permit = self.shared.slots.try_acquire().map_err(|e| match e {
-            tokio::sync::TryAcquireError::Closed => AdapterError::ShuttingDown,
-            tokio::sync::TryAcquireError::NoPermits => {
-                AdapterError::Instantiate("every instance slot is busy".into())
-            }
-        })?;
+        let slot = self
+            .shared
+            .slots
+            .try_acquire(self.key(&account.account_id))?;
         let mut request = request.clone();
         redact_message(&account.secrets, &mut request.headers, &mut request.body);
-        run_call(
+        metered_call(
+            slot,
             &self.shared,
             &self.version.pre,
             &self.version.info.limits,
             Arc::new(account.clone()),
             |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
         )
+    }
+
+    fn key(&self, account: &str) -> CallKey {
+        CallKey::new(self.version.identity.name.clone(), account)
     }
 
     fn span(&self, operation: &'static str, account: &str) -> tracing::Span {
@@ -163,8 +170,10 @@ impl AdapterHandle {
         )
     }
 
-    /// Waits for a free instance slot, then runs the call on tokio's blocking pool so a
-    /// guest burning CPU until its deadline never holds an async worker thread.
+    /// Waits (bounded) for an instance slot of the call's (adapter, account) share,
+    /// then runs the call on tokio's blocking pool so a guest burning CPU until its
+    /// deadline never holds an async worker thread. A call that gets no slot in time,
+    /// or whose key is over its CPU budget, is shed: it never ran.
     async fn call<R, F>(
         &self,
         operation: &'static str,
@@ -176,18 +185,18 @@ impl AdapterHandle {
         F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R> + Send + 'static,
     {
         let span = self.span(operation, &scope.account_id);
-        let permit = Arc::clone(&self.shared.slots)
-            .acquire_owned()
+        let slot = self
+            .shared
+            .slots
+            .acquire(self.key(&scope.account_id))
             .instrument(span.clone())
-            .await
-            .map_err(|_| AdapterError::ShuttingDown)?;
+            .await?;
         let shared = Arc::clone(&self.shared);
         let version = Arc::clone(&self.version);
         let task_span = span.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
             let _entered = task_span.enter();
-            run_call(&shared, &version.pre, &version.info.limits, scope, f)
+            metered_call(slot, &shared, &version.pre, &version.info.limits, scope, f)
         })
         .instrument(span)
         .await;
@@ -197,6 +206,29 @@ impl AdapterHandle {
             )))
         })
     }
+}
+
+/// [`run_call`] in a held slot, charging the key with the CPU time the call used on
+/// this thread, and whether it ran into its deadline.
+fn metered_call<R, F>(
+    slot: SlotGuard,
+    shared: &Shared,
+    pre: &PspAdapterPre<CallState>,
+    limits: &SandboxLimits,
+    scope: Arc<ConnectorAccountScope>,
+    f: F,
+) -> Result<R, AdapterError>
+where
+    R: OutputSize,
+    F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
+{
+    let timer = CallTimer::start();
+    let result = run_call(shared, pre, limits, scope, f);
+    slot.finish(Usage {
+        cpu: timer.used(),
+        deadline_hit: matches!(result, Err(AdapterError::Timeout)),
+    });
+    result
 }
 
 /// One call in a fresh store: instantiate from the pre-instance, call, capture output,

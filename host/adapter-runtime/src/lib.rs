@@ -20,10 +20,14 @@
 //! Calls are `async` but run the guest on tokio's blocking pool (`spawn_blocking`), so
 //! a guest spinning until its deadline never occupies an async worker thread, and the
 //! number of concurrently running guests is bounded by
-//! [`RuntimeConfig::max_concurrent_instances`]. Synchronous wasmtime (no fibers) keeps
+//! [`RuntimeConfig::max_concurrent_instances`], shared fairly across (adapter,
+//! connector account) keys with a CPU budget per key ([`bulkhead`]): a call that
+//! cannot get its share in time is shed ([`AdapterError::Shed`]) instead of waiting
+//! behind another tenant. Synchronous wasmtime (no fibers) keeps
 //! each call to one plain function call on one thread.
 
 mod bindings;
+pub mod bulkhead;
 mod cache;
 mod engine;
 mod error;
@@ -41,6 +45,8 @@ pub use bindings::sluice::psp::types::{
     Header, HttpRequest, HttpResponse, Money, Operation, OperationContext, PaymentEvent,
     SettlementLine, SettlementLineType, WebhookAcceptance, WebhookRejection, WebhookRequest,
 };
+pub use bulkhead::metrics::register_metrics;
+pub use bulkhead::{BulkheadConfig, Shed, ShedReason};
 pub use error::{AdapterError, LoadError, RuntimeError};
 pub use handle::AdapterHandle;
 pub use keyring::{

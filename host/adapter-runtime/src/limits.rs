@@ -1,5 +1,6 @@
 //! Sandbox limits and runtime configuration.
 
+use crate::bulkhead::BulkheadConfig;
 use crate::error::LoadError;
 use std::fmt;
 use std::path::PathBuf;
@@ -71,6 +72,8 @@ pub struct RuntimeConfig {
     pub clock: Clock,
     /// How often the epoch ticker interrupts guests to check deadlines.
     pub epoch_tick: Duration,
+    /// How the slots and the CPU are shared across (adapter, connector account) keys.
+    pub bulkhead: BulkheadConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -81,6 +84,7 @@ impl Default for RuntimeConfig {
             max_concurrent_instances: 64,
             clock: Arc::new(system_clock_millis),
             epoch_tick: Duration::from_millis(10),
+            bulkhead: BulkheadConfig::default(),
         }
     }
 }
@@ -92,6 +96,7 @@ impl fmt::Debug for RuntimeConfig {
             .field("default_limits", &self.default_limits)
             .field("max_concurrent_instances", &self.max_concurrent_instances)
             .field("epoch_tick", &self.epoch_tick)
+            .field("bulkhead", &self.bulkhead)
             .finish_non_exhaustive()
     }
 }

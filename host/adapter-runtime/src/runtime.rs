@@ -1,6 +1,7 @@
 //! Loading, validating, caching and versioning adapter components.
 
 use crate::bindings::{PspAdapter, PspAdapterPre};
+use crate::bulkhead::Bulkhead;
 use crate::cache::CompileCache;
 use crate::engine::{build_engine, EpochTicker};
 use crate::error::{describe_wasm_error, AdapterError, LoadError, RuntimeError};
@@ -92,7 +93,8 @@ pub(crate) struct Shared {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<CallState>,
     pub(crate) config: RuntimeConfig,
-    pub(crate) slots: Arc<tokio::sync::Semaphore>,
+    /// The instance slots, shared fairly across (adapter, account) keys.
+    pub(crate) slots: Arc<Bulkhead>,
     cache: Option<CompileCache>,
     /// Readers (every call) load this without locking; writers replace it whole.
     registry: ArcSwap<Registry>,
@@ -116,6 +118,7 @@ impl AdapterRuntime {
             .default_limits
             .validate()
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        config.bulkhead.validate()?;
         let engine = build_engine(config.max_concurrent_instances)?;
         let linker = build_linker(&engine)?;
         let cache = match &config.cache_dir {
@@ -128,7 +131,7 @@ impl AdapterRuntime {
             shared: Arc::new(Shared {
                 engine,
                 linker,
-                slots: Arc::new(tokio::sync::Semaphore::new(permits)),
+                slots: Arc::new(Bulkhead::new(permits, config.bulkhead)),
                 config,
                 cache,
                 registry: ArcSwap::from_pointee(Registry::new()),

@@ -3,9 +3,10 @@
 mod common;
 
 use common::*;
+use sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS;
 use sluice_adapter_runtime::{
-    AdapterError, ConnectorAccountScope, EventKind, EvidenceSource, HttpResponse, SandboxLimits,
-    WebhookRejection,
+    AdapterError, AdapterRuntime, BulkheadConfig, ConnectorAccountScope, EventKind, EvidenceSource,
+    HttpResponse, RuntimeConfig, SandboxLimits, WebhookRejection,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -234,7 +235,20 @@ async fn a_trap_timeout_or_memory_failure_does_not_poison_later_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_well_behaved_adapter_keeps_working_and_fast_while_another_adapter_loops() {
-    let rt = runtime();
+    // The sandbox alone, without the bulkhead's CPU throttle (which would shed the
+    // looping calls after a few seconds of CPU): isolation must not depend on it.
+    let unthrottled = BulkheadConfig {
+        cpu_burst_ms: MAX_CPU_BUDGET_MS,
+        cpu_refill_ms_per_sec: MAX_CPU_BUDGET_MS,
+        adapter_deadline_burst_ms: MAX_CPU_BUDGET_MS,
+        adapter_deadline_refill_ms_per_sec: MAX_CPU_BUDGET_MS,
+        ..BulkheadConfig::default()
+    };
+    let rt = AdapterRuntime::new(RuntimeConfig {
+        bulkhead: unthrottled,
+        ..config()
+    })
+    .expect("runtime");
     load(&rt, "test-well-behaved", None);
     let loop_deadline = Duration::from_secs(2);
     load(

@@ -7,6 +7,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use sluice_adapter_runtime::AdapterError;
 use sluice_orchestrator::OrchestratorError;
 use sluice_store::StoreError;
 use utoipa::ToSchema;
@@ -326,6 +327,7 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
             tracing::error!(error = %message, "adapter not loaded");
             ApiError::unavailable("adapter_unavailable", message)
         }
+        OrchestratorError::Adapter(shed @ AdapterError::Shed { .. }) => adapter_call_shed(&shed),
         OrchestratorError::Adapter(_) => {
             tracing::error!(error = %message, "adapter call failed");
             ApiError::unavailable(
@@ -336,6 +338,21 @@ pub fn orchestrator_error(error: OrchestratorError) -> ApiError {
         OrchestratorError::FulfillmentRefused(refusal) => fulfillment_refusal(&refusal),
         OrchestratorError::Store(store) => store_error(store),
     }
+}
+
+/// The adapter runtime's bulkhead refused a call before it ran (the connector
+/// account's share of the adapter instances is taken, or its CPU budget is used
+/// up): nothing happened, at the PSP or here. 503 with `Retry-After`; a PSP
+/// delivers its webhook again, a merchant retries its request (a payment whose
+/// request was never built stays as it was, and recovery takes it up again).
+pub fn adapter_call_shed(error: &AdapterError) -> ApiError {
+    tracing::warn!(error = %error, "adapter call shed");
+    let mut api = ApiError::unavailable(
+        "adapter_call_shed",
+        format!("{error}; nothing was done, retry after the time in Retry-After"),
+    );
+    api.retry_after = error.retry_after_secs();
+    api
 }
 
 /// No connector account of the merchant can serve the payment; nothing was
@@ -414,6 +431,23 @@ mod tests {
         });
         assert_eq!(missing.status, StatusCode::NOT_FOUND);
         assert_eq!(missing.detail.message, "no such payment: pay_1");
+    }
+
+    #[test]
+    fn a_shed_adapter_call_is_a_503_with_retry_after_in_the_one_error_shape() {
+        let shed = AdapterError::Shed {
+            reason: sluice_adapter_runtime::ShedReason::CpuBudget,
+            retry_after_ms: 1_500,
+        };
+        let error = orchestrator_error(OrchestratorError::Adapter(shed));
+        assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(error.detail.code, "adapter_call_shed");
+        assert_eq!(error.detail.kind, ErrorType::ApiError);
+        let response = error.into_response();
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "2");
+        let other = orchestrator_error(OrchestratorError::Adapter(AdapterError::Timeout));
+        assert_eq!(other.detail.code, "adapter_unavailable");
+        assert_eq!(other.retry_after, None);
     }
 
     #[test]

@@ -103,11 +103,13 @@ pub enum WebhookOutcomeLabel {
     RejectedUnsupported,
     NotFound,
     RateLimited,
+    /// The adapter runtime's bulkhead refused the verification call (503, retried).
+    Shed,
     Error,
 }
 
 impl WebhookOutcomeLabel {
-    pub const ALL: [WebhookOutcomeLabel; 9] = [
+    pub const ALL: [WebhookOutcomeLabel; 10] = [
         WebhookOutcomeLabel::Accepted,
         WebhookOutcomeLabel::Duplicate,
         WebhookOutcomeLabel::RejectedBadSignature,
@@ -116,6 +118,7 @@ impl WebhookOutcomeLabel {
         WebhookOutcomeLabel::RejectedUnsupported,
         WebhookOutcomeLabel::NotFound,
         WebhookOutcomeLabel::RateLimited,
+        WebhookOutcomeLabel::Shed,
         WebhookOutcomeLabel::Error,
     ];
 
@@ -129,6 +132,7 @@ impl WebhookOutcomeLabel {
             WebhookOutcomeLabel::RejectedUnsupported => "rejected_unsupported",
             WebhookOutcomeLabel::NotFound => "not_found",
             WebhookOutcomeLabel::RateLimited => "rate_limited",
+            WebhookOutcomeLabel::Shed => "shed",
             WebhookOutcomeLabel::Error => "error",
         }
     }

@@ -7,7 +7,10 @@
 //! A redelivery gets the same ack and is applied once (inbox dedupe). A
 //! refusal is 401 (signature, timestamp) or 400 (malformed, unsupported),
 //! changes nothing, is counted, and is logged by kind only: never a header,
-//! the body or a signature.
+//! the body or a signature. A verification the adapter runtime's bulkhead
+//! sheds (the account's share of instances or CPU is used up) is a 503
+//! `adapter_call_shed` with `Retry-After`: nothing was recorded, the PSP
+//! delivers again.
 
 use std::time::Instant;
 
@@ -16,11 +19,11 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use sluice_adapter_runtime::{Header, HttpResponse, WebhookRequest};
-use sluice_orchestrator::{RejectionKind, WebhookOutcome};
+use sluice_adapter_runtime::{AdapterError, Header, HttpResponse, WebhookRequest};
+use sluice_orchestrator::{OrchestratorError, RejectionKind, WebhookOutcome};
 
 use crate::admin::valid_adapter_name;
-use crate::error::{ApiError, ErrorBody, ErrorType};
+use crate::error::{adapter_call_shed, ApiError, ErrorBody, ErrorType};
 use crate::extract::{bytes_rejection, ApiPath};
 use crate::limits::WebhookOutcomeLabel;
 use crate::requests::looks_like_id;
@@ -105,6 +108,14 @@ pub async fn receive(
         Ok(WebhookOutcome::NotFound) => {
             metrics.count(WebhookOutcomeLabel::NotFound);
             not_found()
+        }
+        // The bulkhead refused the verification: nothing reached the inbox, so
+        // a 503 with Retry-After makes the PSP deliver it again, and nothing is lost.
+        Err(OrchestratorError::Adapter(shed @ AdapterError::Shed { .. })) => {
+            metrics.count(WebhookOutcomeLabel::Shed);
+            tracing::warn!(adapter = %adapter, connector_account = %account,
+                "webhook not recorded: adapter call shed");
+            adapter_call_shed(&shed).into_response()
         }
         Err(error) => {
             metrics.count(WebhookOutcomeLabel::Error);

@@ -38,6 +38,9 @@ pub struct Config {
     /// `resend_window_ms`, `authorization_validity_ms`), by adapter name; a
     /// connector account's config keys of the same names win.
     pub adapter_recovery: BTreeMap<String, AdapterRecoveryConfig>,
+    /// How adapter calls share instance slots and CPU across connector accounts
+    /// (`[bulkhead]`); unset fields keep the runtime's defaults.
+    pub bulkhead: BulkheadSettings,
     /// Timings of the background workers (`[workers]`).
     pub workers: WorkerTimings,
     /// Timings of the fulfillment guarantee (`[fulfillment]`).
@@ -109,6 +112,60 @@ impl LimitsConfig {
 
     pub fn cpu_deadline(&self) -> Option<Duration> {
         self.cpu_deadline_ms.map(Duration::from_millis)
+    }
+}
+
+/// The adapter bulkhead as written in `[bulkhead]` (issue 13): every field optional,
+/// the runtime validates the result at start-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkheadSettings {
+    /// Adapter instance slots in all (`max_concurrent_instances`, default 64).
+    pub slots: Option<u32>,
+    /// Percent of the slots one (adapter, connector account) may hold.
+    pub key_share_percent: Option<u32>,
+    /// Percent of the slots one adapter may hold over all its accounts.
+    pub adapter_share_percent: Option<u32>,
+    /// Calls of one (adapter, account) that may wait for a slot.
+    pub queue_per_key: Option<usize>,
+    /// Longest wait for a slot, in milliseconds; then the call is shed.
+    pub max_wait_ms: Option<u64>,
+    /// Guest CPU time (ms) one (adapter, account) may use in a burst ...
+    pub cpu_burst_ms: Option<u64>,
+    /// ... and gets back per second.
+    pub cpu_refill_ms_per_sec: Option<u64>,
+    /// CPU time (ms) of deadline-hitting calls one adapter may use in a burst ...
+    pub adapter_deadline_burst_ms: Option<u64>,
+    /// ... and gets back per second.
+    pub adapter_deadline_refill_ms_per_sec: Option<u64>,
+}
+
+impl BulkheadSettings {
+    /// The runtime's configuration: these settings over `base`.
+    pub fn over(
+        &self,
+        base: sluice_adapter_runtime::BulkheadConfig,
+    ) -> sluice_adapter_runtime::BulkheadConfig {
+        sluice_adapter_runtime::BulkheadConfig {
+            key_share_percent: self.key_share_percent.unwrap_or(base.key_share_percent),
+            adapter_share_percent: self
+                .adapter_share_percent
+                .unwrap_or(base.adapter_share_percent),
+            queue_per_key: self.queue_per_key.unwrap_or(base.queue_per_key),
+            max_wait: self
+                .max_wait_ms
+                .map_or(base.max_wait, Duration::from_millis),
+            cpu_burst_ms: self.cpu_burst_ms.unwrap_or(base.cpu_burst_ms),
+            cpu_refill_ms_per_sec: self
+                .cpu_refill_ms_per_sec
+                .unwrap_or(base.cpu_refill_ms_per_sec),
+            adapter_deadline_burst_ms: self
+                .adapter_deadline_burst_ms
+                .unwrap_or(base.adapter_deadline_burst_ms),
+            adapter_deadline_refill_ms_per_sec: self
+                .adapter_deadline_refill_ms_per_sec
+                .unwrap_or(base.adapter_deadline_refill_ms_per_sec),
+        }
     }
 }
 
@@ -285,6 +342,8 @@ struct FileConfig {
     #[serde(default)]
     adapters: BTreeMap<String, FileAdapterConfig>,
     #[serde(default)]
+    bulkhead: BulkheadSettings,
+    #[serde(default)]
     workers: WorkerTimings,
     #[serde(default)]
     fulfillment: FulfillmentTimings,
@@ -433,6 +492,7 @@ impl Config {
                 .filter(|(_, a)| !a.limits.is_empty())
                 .map(|(name, a)| (name, a.limits))
                 .collect(),
+            bulkhead: file.bulkhead,
             workers: file.workers,
             fulfillment: file.fulfillment,
             webhooks: {
@@ -587,6 +647,25 @@ mod tests {
         assert_eq!(stripe.memory_bytes, Some(1000));
         assert_eq!(stripe.cpu_deadline(), Some(Duration::from_millis(200)));
         assert_eq!(config.limits_for("adyen").cpu_deadline_ms, Some(50));
+    }
+
+    #[test]
+    fn bulkhead_settings_override_the_runtime_defaults_one_by_one() {
+        let text = r#"
+            [bulkhead]
+            slots = 32
+            key_share_percent = 10
+            max_wait_ms = 250
+        "#;
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        assert_eq!(config.bulkhead.slots, Some(32));
+        let base = sluice_adapter_runtime::BulkheadConfig::default();
+        let runtime = config.bulkhead.over(base);
+        assert_eq!(runtime.key_share_percent, 10);
+        assert_eq!(runtime.max_wait, Duration::from_millis(250));
+        assert_eq!(runtime.cpu_refill_ms_per_sec, base.cpu_refill_ms_per_sec);
+        let typo = "[bulkhead]\nkey_share = 10\n";
+        assert!(Config::from_parts(Some((typo, Path::new("s.toml"))), no_env).is_err());
     }
 
     #[test]

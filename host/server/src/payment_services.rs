@@ -129,6 +129,8 @@ impl PaymentServices {
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         sluice_orchestrator::register_metrics(&registry)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        sluice_adapter_runtime::register_metrics(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         let pending_metrics = PendingMetrics::register(&registry)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         Ok(PaymentServices {

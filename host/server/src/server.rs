@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig, SandboxLimits};
+use sluice_adapter_runtime::{AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits};
 use sluice_store::{SecretBox, Store, StoreError, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -162,6 +162,11 @@ pub async fn start(
     let runtime = AdapterRuntime::new(RuntimeConfig {
         cache_dir: Some(config.adapter_cache_dir()),
         default_limits: sandbox_limits(&config.default_limits, SandboxLimits::default()),
+        max_concurrent_instances: config
+            .bulkhead
+            .slots
+            .unwrap_or(RuntimeConfig::default().max_concurrent_instances),
+        bulkhead: config.bulkhead.over(BulkheadConfig::default()),
         ..RuntimeConfig::default()
     })?;
     let adapters = Arc::new(AdapterManager::new(runtime, config));
