@@ -60,7 +60,7 @@ PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 BASE="http://127.0.0.1:$PORT"
 ADMIN_TOKEN="bench_admin_$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 CONFIG_ARGS=()
-[ -n "${SLUICE_BENCH_CONFIG:-}" ] && CONFIG_ARGS=(--config "$SLUICE_BENCH_CONFIG")
+[ -n "${SLUICE_BENCH_CONFIG:-}" ] && CONFIG_ARGS=(--config "$(realpath "$SLUICE_BENCH_CONFIG")")
 
 mkdir -p "$WORK/data"
 (

@@ -15,8 +15,10 @@
 //! After criterion, it prints medians of individually timed calls and their ratio.
 
 use criterion::{black_box, Criterion};
+use sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS;
 use sluice_adapter_runtime::{
-    AdapterHandle, AdapterRuntime, ConnectorAccountScope, Header, RuntimeConfig, WebhookRequest,
+    AdapterHandle, AdapterRuntime, BulkheadConfig, ConnectorAccountScope, Header, RuntimeConfig,
+    WebhookRequest,
 };
 use sluice_adapter_test_well_behaved::{types as native, webhook, WebhookSecrets};
 use std::path::PathBuf;
@@ -65,6 +67,13 @@ fn config(cache_dir: Option<PathBuf>) -> RuntimeConfig {
     RuntimeConfig {
         cache_dir,
         clock: Arc::new(|| NOW_SECS * 1000),
+        // One account calling flat out for seconds uses far more than its default CPU
+        // budget: measure the call path, not the bulkhead's throttle.
+        bulkhead: BulkheadConfig {
+            cpu_burst_ms: MAX_CPU_BUDGET_MS,
+            cpu_refill_ms_per_sec: MAX_CPU_BUDGET_MS,
+            ..BulkheadConfig::default()
+        },
         ..RuntimeConfig::default()
     }
 }
