@@ -24,7 +24,9 @@ pub mod world;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sluice_adapter_runtime::{AdapterRuntime, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE};
+use sluice_adapter_runtime::{
+    AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE,
+};
 use sluice_store::{Clock, ManualClock, Store, StoreOptions};
 
 use crate::net::NetMode;
@@ -120,6 +122,7 @@ impl Simulator {
                 cpu_deadline: MAX_CPU_DEADLINE,
                 ..SandboxLimits::default()
             },
+            bulkhead: wide_open_bulkhead(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| SimError::Setup(e.to_string()))?;
@@ -297,6 +300,23 @@ impl World {
             };
         }
         Ok(earliest)
+    }
+}
+
+/// The bulkhead's waits and CPU budgets are wall-clock time too: a call shed
+/// under load in one run and not in its replay would make a seed depend on
+/// the machine. Wide open, it never sheds the simulator's calls (one seed
+/// calls one adapter at a time); its fairness is tested in the runtime.
+fn wide_open_bulkhead() -> BulkheadConfig {
+    BulkheadConfig {
+        key_share_percent: 100,
+        adapter_share_percent: 100,
+        queue_per_key: sluice_adapter_runtime::bulkhead::MAX_QUEUE_PER_KEY,
+        max_wait: sluice_adapter_runtime::bulkhead::MAX_WAIT,
+        cpu_burst_ms: sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS,
+        cpu_refill_ms_per_sec: sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS,
+        adapter_deadline_burst_ms: sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS,
+        adapter_deadline_refill_ms_per_sec: sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS,
     }
 }
 
