@@ -80,13 +80,8 @@ dual_test! {
         gw.post(&m.key, "/v1/payments", &body).await.expect_error(409, "route_ambiguous");
 
         let put = |config: serde_json::Value| {
-            gw.send(
-                gw.http
-                    .put(gw.url(&path))
-                    .header("authorization", format!("Bearer {}", crate::common::ADMIN_TOKEN))
-                    .header("content-type", "application/json")
-                    .body(config.to_string()),
-            )
+            let path = path.clone();
+            async move { gw.admin_put(&path, &config).await }
         };
         let rule = |accounts: serde_json::Value| json!({"rules": [{"id": "eur", "when": {"currencies": ["EUR"]}, "accounts": accounts}]});
         put(rule(json!([{"connector_account": other.account, "weight": 1}]))).await.expect_error(409, "connector_account_unknown");
@@ -112,13 +107,8 @@ dual_test! {
         let m = gw.merchant("Acme").await;
         let path = format!("/admin/merchants/{}/routing", m.id);
         let put = |config: serde_json::Value| {
-            gw.send(
-                gw.http
-                    .put(gw.url(&path))
-                    .header("authorization", format!("Bearer {}", crate::common::ADMIN_TOKEN))
-                    .header("content-type", "application/json")
-                    .body(config.to_string()),
-            )
+            let path = path.clone();
+            async move { gw.admin_put(&path, &config).await }
         };
         let overriding = |adapter: &str, code: String| {
             json!({"failure_overrides": [{"adapter": adapter, "code": code, "class": "fraud", "cascade": false}]})

@@ -25,6 +25,35 @@ async fn route_reasons(e2e: &E2e, view: &PaymentView) -> Vec<String> {
         .collect()
 }
 
+/// Create and confirm a 7 EUR card sale, at `account` when named, routed
+/// otherwise; the orchestrator's answer as is (a refusal included).
+async fn try_sale(
+    e2e: &E2e,
+    order_no: &str,
+    account: Option<&str>,
+) -> Result<sluice_orchestrator::Created, sluice_orchestrator::OrchestratorError> {
+    let confirm = sluice_orchestrator::ConfirmOptions {
+        connector_account_id: account.map(str::to_owned),
+        ..Default::default()
+    };
+    e2e.orch
+        .create_payment(
+            &e2e.merchant.id,
+            sluice_orchestrator::CreatePayment {
+                merchant_order_no: order_no.into(),
+                amount: crate::common::eur(700),
+                capture_mode: CaptureMode::Automatic,
+                payment_method_token: Some("pm_card_visa".into()),
+                return_url: None,
+                description: None,
+                metadata: serde_json::json!({}),
+                fulfillment: Default::default(),
+                confirm: Some(confirm),
+            },
+        )
+        .await
+}
+
 e2e_test! {
     async fn a_cascadable_decline_fails_over_to_the_next_account_with_one_charge_in_total(e2e) {
         e2e.webhooks_off();
@@ -100,25 +129,11 @@ e2e_test! {
             && h.failure_code.as_deref() == Some(CREDENTIALS_REFUSED_CODE)));
 
         // Named directly while its breaker is open: refused, saying why.
-        let named = |order_no: &'static str| e2e.orch.create_payment(&e2e.merchant.id, sluice_orchestrator::CreatePayment {
-            merchant_order_no: order_no.into(),
-            amount: crate::common::eur(700),
-            capture_mode: CaptureMode::Automatic,
-            payment_method_token: Some("pm_card_visa".into()),
-            return_url: None,
-            description: None,
-            metadata: serde_json::json!({}),
-            fulfillment: Default::default(),
-            confirm: Some(sluice_orchestrator::ConfirmOptions {
-                connector_account_id: Some(mistyped.id.clone()),
-                ..Default::default()
-            }),
-        });
-        let refused = named("fo-creds-named").await.expect_err("breaker open").to_string();
+        let refused = try_sale(&e2e, "fo-creds-named", Some(&mistyped.id)).await.expect_err("breaker open").to_string();
         assert!(refused.contains("credentials refused"), "{refused}");
         // Its probe, without any other account to go to: failed, not processing.
         e2e.clock.advance(sluice_core::BreakerPolicy::default().open_ms);
-        let probe = named("fo-creds-probe").await.unwrap().view;
+        let probe = try_sale(&e2e, "fo-creds-probe", Some(&mistyped.id)).await.unwrap().view;
         assert_eq!(probe.status, ClientStatus::Failed);
         assert_eq!(probe.details.attempts.len(), 1);
         assert_eq!(probe.details.attempts[0].failure.as_ref().unwrap().code, CREDENTIALS_REFUSED_CODE);
@@ -194,17 +209,7 @@ e2e_test! {
 
         // With nothing else to go to, the merchant is told which account was skipped and why.
         e2e.route_in_order(&[&e2e.account]).await;
-        let refused = e2e.orch.create_payment(&e2e.merchant.id, sluice_orchestrator::CreatePayment {
-            merchant_order_no: "pause-nowhere".into(),
-            amount: crate::common::eur(700),
-            capture_mode: CaptureMode::Automatic,
-            payment_method_token: Some("pm_card_visa".into()),
-            return_url: None,
-            description: None,
-            metadata: serde_json::json!({}),
-            fulfillment: Default::default(),
-            confirm: Some(Default::default()),
-        }).await;
+        let refused = try_sale(&e2e, "pause-nowhere", None).await;
         let message = refused.expect_err("no eligible account").to_string();
         assert!(message.contains(&e2e.account.id) && message.contains("PSP incident 42"), "{message}");
 

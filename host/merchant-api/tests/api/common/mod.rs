@@ -181,6 +181,17 @@ impl Gateway {
         .await
     }
 
+    pub async fn admin_put(&self, path: &str, body: &Value) -> Reply {
+        self.send(
+            self.http
+                .put(self.url(path))
+                .header(AUTHORIZATION, format!("Bearer {ADMIN_TOKEN}"))
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
     pub async fn admin_get(&self, path: &str) -> Reply {
         self.send(
             self.http
