@@ -191,6 +191,16 @@ impl PaymentEvent {
                 .as_ref()
                 .is_some_and(|failure| failure.code == NOT_FOUND_CODE)
     }
+
+    /// A query answer saying the payment is still only authorized: no capture
+    /// of it has completed at the PSP, so a capture we hold as open may never
+    /// have reached it (a process killed between recording it as sent and
+    /// sending it). Only a re-send with the same key may follow
+    /// (`decide_resend`), which the PSP answers from its stored result if it
+    /// did receive it.
+    pub fn shows_uncaptured(&self) -> bool {
+        self.evidence == EvidenceSource::Query && self.kind == EventKind::PaymentAuthorized
+    }
 }
 
 /// What the store remembers about the last event an aggregate accepted, so a

@@ -34,7 +34,11 @@
 //! nothing new: after a query proved the PSP has no such payment (seed 000 §6:
 //! "渠道明确表示不存在且协议允许安全重试时，才可以使用相同单号再次发起扣款"), the
 //! original request is re-sent with the same reference (the PSP's idempotency
-//! key) while the attempt is younger than the PSP's key retention.
+//! key) while the attempt is younger than the PSP's key retention. A capture
+//! is re-sent the same way when the query shows the payment still authorized
+//! and the capture still open: a process killed between recording it as sent
+//! and sending it left the PSP without it, and the same key either returns
+//! the PSP's stored answer or captures once.
 //!
 //! No action ever creates a new charge, refund or capture: an unresolved
 //! outcome is only ever queried with the reference it was sent with (seed
@@ -554,6 +558,7 @@ pub fn decide_resend(check: &ResendCheck) -> Resend {
         check.state,
         PendingState::Attempt(AttemptState::Submitted | AttemptState::Unknown)
             | PendingState::Refund(RefundState::Processing | RefundState::Unknown)
+            | PendingState::Capture(CaptureState::Processing | CaptureState::Unknown)
     );
     if !open {
         return Resend::Keep {

@@ -555,13 +555,15 @@ fn resend_check() -> ResendCheck {
 }
 
 #[test]
-fn the_original_request_is_re_sent_only_when_the_psp_has_no_such_payment_within_its_key_retention()
-{
+fn the_original_request_is_re_sent_only_when_the_psp_has_no_such_payment_refund_or_capture_within_its_key_retention(
+) {
     assert_eq!(decide_resend(&resend_check()), Resend::Resend);
     for state in [
         P::Attempt(A::Submitted),
         P::Refund(R::Processing),
         P::Refund(R::Unknown),
+        P::Capture(C::Processing),
+        P::Capture(C::Unknown),
     ] {
         let check = ResendCheck {
             state,
@@ -599,7 +601,9 @@ fn the_original_request_is_re_sent_only_when_the_psp_has_no_such_payment_within_
     for state in every_state() {
         let open = matches!(
             state,
-            P::Attempt(A::Submitted | A::Unknown) | P::Refund(R::Processing | R::Unknown)
+            P::Attempt(A::Submitted | A::Unknown)
+                | P::Refund(R::Processing | R::Unknown)
+                | P::Capture(C::Processing | C::Unknown)
         );
         if !open {
             let check = ResendCheck {
@@ -667,7 +671,9 @@ proptest! {
             prop_assert!(absent);
             prop_assert!(matches!(
                 state,
-                P::Attempt(A::Submitted | A::Unknown) | P::Refund(R::Processing | R::Unknown)
+                P::Attempt(A::Submitted | A::Unknown)
+                    | P::Refund(R::Processing | R::Unknown)
+                    | P::Capture(C::Processing | C::Unknown)
             ));
             let window = window.unwrap_or(0);
             prop_assert!(now >= created && now - created < window);

@@ -347,25 +347,8 @@ impl Orchestrator {
                 })
             }
             _ => {
-                // Asks about the payment (the contract has no capture query); the
-                // amount of a payment query is the payment's.
-                let spec = action_spec(
-                    Operation::QueryPayment,
-                    &attempt,
-                    &order,
-                    &capture.reference,
-                    attempt.amount,
-                    None,
-                );
-                self.query(
-                    PendingKind::Capture,
-                    &capture.id,
-                    &connector,
-                    &own,
-                    &spec,
-                    trigger,
-                )
-                .await
+                self.query_capture(capture, &attempt, &order, &connector, &own, trigger)
+                    .await
             }
         }
     }
@@ -683,6 +666,9 @@ impl Orchestrator {
 pub(crate) struct Learned {
     /// A query answer proving the PSP has no such payment.
     pub absent: bool,
+    /// A query answer showing the payment still only authorized (no capture
+    /// of it completed).
+    pub uncaptured: bool,
     /// The PSP's payment id the answer named.
     pub psp_payment_reference: Option<String>,
 }
@@ -691,6 +677,7 @@ impl From<&call::CallOutcome> for Learned {
     fn from(outcome: &call::CallOutcome) -> Self {
         Learned {
             absent: outcome.proves_absence(),
+            uncaptured: outcome.shows_uncaptured(),
             psp_payment_reference: outcome.psp_payment_reference(),
         }
     }

@@ -118,6 +118,14 @@ impl CallOutcome {
         }
     }
 
+    /// The PSP answered a query saying the payment is still only authorized.
+    pub fn shows_uncaptured(&self) -> bool {
+        match self {
+            CallOutcome::Answered(events) => events.iter().any(PaymentEvent::shows_uncaptured),
+            CallOutcome::Unknown { .. } => false,
+        }
+    }
+
     /// The PSP's payment id an answer names, if any.
     pub fn psp_payment_reference(&self) -> Option<String> {
         match self {

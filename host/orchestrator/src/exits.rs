@@ -10,7 +10,7 @@ use sluice_core::{
     decide_resend, AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent,
     PendingState, Resend, ResendCheck,
 };
-use sluice_store::{EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund};
+use sluice_store::{Capture, EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund};
 
 use crate::advance::{action_spec, attempt_spec, Action};
 use crate::call::{self, Connector};
@@ -265,7 +265,62 @@ impl Orchestrator {
             .await
     }
 
-    /// After a query proved the PSP has no such payment or refund: re-send
+    /// Query a capture (the contract has no capture query: it asks about the
+    /// payment, whose amount is the payment's); when the answer shows the
+    /// payment still only authorized, no capture of it completed, so re-send
+    /// the capture with its own reference like an attempt
+    /// ([`Self::resend_if_safe`]): a PSP that did receive it answers from the
+    /// key, one that did not captures once.
+    pub(crate) async fn query_capture(
+        &self,
+        capture: &Capture,
+        attempt: &PaymentAttempt,
+        order: &PaymentOrder,
+        connector: &Connector,
+        own: &OwnAggregate,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        let spec = action_spec(
+            Operation::QueryPayment,
+            attempt,
+            order,
+            &capture.reference,
+            attempt.amount,
+            None,
+        );
+        let (queried, learned) = self
+            .query_learning(
+                PendingKind::Capture,
+                &capture.id,
+                connector,
+                own,
+                &spec,
+                trigger,
+            )
+            .await?;
+        if !learned.uncaptured {
+            return Ok(queried);
+        }
+        let resend = action_spec(
+            Operation::Capture,
+            attempt,
+            order,
+            &capture.reference,
+            capture.amount,
+            None,
+        );
+        let absent = Absent {
+            kind: PendingKind::Capture,
+            id: &capture.id,
+            created_at: capture.created_at,
+            query: &spec,
+            resend: &resend,
+        };
+        self.resend_if_safe(absent, queried, connector, own, trigger)
+            .await
+    }
+
+    /// After a query proved the PSP has no such payment, refund or capture: re-send
     /// the original request (same reference, same idempotency key) if the core
     /// allows it. Its answer goes through the door like any sync answer (an
     /// UNKNOWN item accepts only verified evidence, so it may only be kept as

@@ -1,16 +1,16 @@
-//! Issue 11 §4 (seed 000 §6): a Stripe-format attempt or refund recorded as
-//! sent by a process killed before the request left. The query proves the
+//! Issue 11 §4 (seed 000 §6): a Stripe-format attempt, refund or capture
+//! recorded as sent by a process killed before the request left. The query proves the
 //! PSP has no such object; within the connector's resend window recovery
 //! re-sends the original request with the same Idempotency-Key, and the
 //! payment converges without a person and with exactly one charge. Outside
 //! the window (or with none declared) nothing is re-sent.
 
 use sluice_core::{
-    AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent, RefundState,
+    AttemptState, CaptureMode, CaptureState, EventKind, EvidenceSource, PaymentEvent, RefundState,
 };
 use sluice_orchestrator::{Action, CreatePayment, Target, Trigger};
 use sluice_store::{
-    ApplyEvent, EventTarget, NewAttempt, PaymentAttempt, Provenance, RefundRequest,
+    ApplyEvent, CaptureRequest, EventTarget, NewAttempt, PaymentAttempt, Provenance, RefundRequest,
 };
 
 use crate::common::eur;
@@ -179,6 +179,87 @@ async fn a_killed_send_is_re_sent_with_the_same_key_and_charges_once(e2e: E2e) {
     assert_eq!(psp.amount_refunded, 500, "refunded once");
 }
 
+/// Found by the kill -9 test (CI, stop 19): a capture recorded as sent by a
+/// process killed before the request left stayed PROCESSING until an
+/// operator, because the query of an uncaptured payment proved nothing.
+async fn a_killed_capture_is_re_sent_with_the_same_key_and_captures_once(e2e: E2e) {
+    declare_resend_window(&e2e, Some(23 * 3_600_000)).await;
+    let view = e2e
+        .create(
+            "o-capture-resend",
+            2400,
+            CaptureMode::Manual,
+            "pm_card_visa",
+        )
+        .await;
+    let payment_id = view.details.order.id.clone();
+    let attempt = view.details.attempts[0].clone();
+    assert_eq!(attempt.state, AttemptState::Authorized);
+    let capture = e2e
+        .db
+        .store
+        .reserve_capture(
+            &CaptureRequest {
+                payment_id: payment_id.clone(),
+                merchant_id: Some(e2e.merchant.id.clone()),
+                amount: eur(1500),
+                idempotency_key: None,
+            },
+            &Provenance::actor("system:api"),
+        )
+        .await
+        .expect("capture reserved")
+        .record;
+    record(
+        &e2e,
+        EventTarget::Capture(capture.reference.clone()),
+        EventKind::AttemptSubmitted,
+        &attempt.reference,
+        Some(&capture.reference),
+    )
+    .await;
+    let recorded = e2e.db.store.get_capture(&capture.id).await.unwrap();
+    assert_eq!(recorded.state, CaptureState::Processing);
+
+    let advanced = e2e
+        .orch
+        .advance(Target::Capture(capture.id.clone()), Trigger::Scanner)
+        .await
+        .expect("recover the capture");
+    assert!(
+        matches!(advanced.action, Action::Resent { .. }),
+        "{advanced:?}"
+    );
+    let after = e2e.db.store.get_capture(&capture.id).await.unwrap();
+    assert_eq!(
+        after.state,
+        CaptureState::Succeeded,
+        "converged without a person"
+    );
+    let psp = || {
+        e2e.sandbox
+            .payments()
+            .into_iter()
+            .find(|p| p.reference == attempt.reference)
+            .expect("the PSP's payment")
+    };
+    assert_eq!(
+        psp().amount_received,
+        1500,
+        "captured once, the amount asked"
+    );
+
+    // Recovery looks again: the capture is final, nothing is sent.
+    let again = e2e
+        .orch
+        .advance(Target::Capture(capture.id.clone()), Trigger::Scanner)
+        .await
+        .unwrap();
+    assert_eq!(again.action, Action::Final);
+    assert_eq!(psp().amount_received, 1500);
+    assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 1);
+}
+
 async fn without_a_resend_window_nothing_is_re_sent(e2e: E2e) {
     declare_resend_window(&e2e, None).await;
     let attempt = recorded_but_never_sent(&e2e, "o-no-resend").await;
@@ -255,4 +336,24 @@ async fn without_a_declared_resend_window_a_killed_send_is_only_queried_on_postg
     )
     .await;
     without_a_resend_window_nothing_is_re_sent(e2e).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stripe_format_capture_killed_before_it_left_is_re_sent_with_the_same_key_on_sqlite() {
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Sqlite).await,
+        Psp::Stripe,
+    )
+    .await;
+    a_killed_capture_is_re_sent_with_the_same_key_and_captures_once(e2e).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stripe_format_capture_killed_before_it_left_is_re_sent_with_the_same_key_on_postgres() {
+    let e2e = E2e::start(
+        crate::common::test_subject(sluice_store::Backend::Postgres).await,
+        Psp::Stripe,
+    )
+    .await;
+    a_killed_capture_is_re_sent_with_the_same_key_and_captures_once(e2e).await;
 }
