@@ -16,6 +16,13 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// `sluice adapter test`: runs without a gateway and reads the adapter's log.
+    pub fn is_adapter_test(&self) -> bool {
+        matches!(&self.command, Command::Adapter(args) if matches!(args.command, AdapterCommand::Test(_)))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gateway.
@@ -86,6 +93,24 @@ pub enum AdapterCommand {
     },
     /// Re-activate the version that was active before the current one.
     Rollback { name: String },
+    /// Check a component against the adapter contract, locally: no gateway, no PSP
+    /// (the conformance kit, `docs/adapters.md`). Exits non-zero when a check fails.
+    Test(AdapterTestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdapterTestArgs {
+    /// The component file (`.wasm`).
+    pub file: PathBuf,
+    /// Golden fixtures: `account.json` and recorded exchanges, webhooks and reports.
+    #[arg(long, value_name = "DIR")]
+    pub fixtures: Option<PathBuf>,
+    /// Also write the result as JUnit XML.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// The CPU deadline per call the adapter will be loaded with [default: the gateway's].
+    #[arg(long, value_name = "MS")]
+    pub cpu_deadline_ms: Option<u64>,
 }
 
 #[cfg(test)]
@@ -96,6 +121,34 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn adapter_test_needs_no_gateway_and_parses_its_flags() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "adapter",
+            "test",
+            "stripe.wasm",
+            "--fixtures",
+            "adapters/stripe/conformance",
+            "--junit",
+            "kit.xml",
+        ])
+        .unwrap();
+        let Command::Adapter(args) = cli.command else {
+            panic!("expected adapter command");
+        };
+        let AdapterCommand::Test(test) = args.command else {
+            panic!("expected adapter test");
+        };
+        assert_eq!(test.file, PathBuf::from("stripe.wasm"));
+        assert_eq!(
+            test.fixtures,
+            Some(PathBuf::from("adapters/stripe/conformance"))
+        );
+        assert_eq!(test.junit, Some(PathBuf::from("kit.xml")));
+        assert_eq!(test.cpu_deadline_ms, None);
     }
 
     #[test]

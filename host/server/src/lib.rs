@@ -3,6 +3,7 @@
 //! The binary `sluice` (`src/main.rs`) is a thin shell over this library, so that tests can
 //! start a real server in-process on `127.0.0.1:0` ([`server::start`]).
 
+pub mod adapter_test;
 pub mod adapters;
 pub mod admin;
 pub mod api;

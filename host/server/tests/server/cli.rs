@@ -410,3 +410,54 @@ async fn sluice_serve_answers_health_checks_and_shuts_down_gracefully_on_sigterm
     let status = terminate(&mut child).await;
     assert!(status.success(), "sluice serve exited with {status}");
 }
+
+/// The conformance kit needs no gateway: the real adapter passes with its
+/// fixtures and gets a JUnit file; a panicking one fails with a non-zero exit.
+#[tokio::test]
+async fn adapter_test_passes_the_stripe_format_adapter_and_fails_a_panicking_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let junit = dir.path().join("kit.xml");
+    let stripe = sluice_test_support::adapters::adapter_path("stripe");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../adapters/stripe/conformance");
+    let output = sluice(
+        &[
+            "adapter",
+            "test",
+            &stripe.display().to_string(),
+            "--fixtures",
+            &fixtures.display().to_string(),
+            "--junit",
+            &junit.display().to_string(),
+        ],
+        &[],
+        dir.path(),
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains(" 0 failed"), "{}", stdout(&output));
+    let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
+    assert!(
+        xml.contains("<testsuites") && xml.contains("describe is sane and cheap"),
+        "{xml}"
+    );
+
+    let panicking = sluice_test_support::adapters::adapter_path("test-panic");
+    let output = sluice(
+        &["adapter", "test", &panicking.display().to_string()],
+        &[],
+        dir.path(),
+    )
+    .await;
+    assert!(!output.status.success(), "{}", stdout(&output));
+    assert!(stdout(&output).contains("FAIL"), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains("conformance checks failed"),
+        "{}",
+        stderr(&output)
+    );
+}
