@@ -288,10 +288,19 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
         .env("SLUICE_DATA_DIR", data.path())
         .current_dir(data.path())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start sluice demo");
+    // Drained all along, so the demo never blocks on a full pipe.
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let logs = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr_pipe, &mut text)
+            .await
+            .expect("read demo logs");
+        text
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut banner = String::new();
     let read_banner = async {
@@ -338,6 +347,9 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
 
     let status = terminate(&mut child).await;
     assert!(status.success(), "sluice demo exited with {status}");
+    // A first run without surprises: adapters that load print no error.
+    let logs = logs.await.unwrap();
+    assert!(!logs.contains("ERROR"), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
