@@ -21,6 +21,7 @@ async fn sluice(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         "SLUICE_ADAPTERS_DIR",
         "SLUICE_MASTER_KEY",
         "SLUICE_PREVIOUS_MASTER_KEYS",
+        "SLUICE_API_KEY",
     ] {
         command.env_remove(var);
     }
@@ -421,4 +422,116 @@ async fn sluice_serve_answers_health_checks_and_shuts_down_gracefully_on_sigterm
 
     let status = terminate(&mut child).await;
     assert!(status.success(), "sluice serve exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_payments_show_and_explain_print_a_payment_and_what_happens_next_through_the_merchant_api(
+) {
+    use reqwest::Method;
+    let data = tempfile::tempdir().unwrap();
+    let server = start(&config(data.path(), None)).await;
+    let url = server.url();
+    let http = Http::new(&server);
+    let merchant = http
+        .call(
+            Method::POST,
+            "/admin/merchants",
+            None,
+            Some(Body::Json(serde_json::json!({"name": "Acme"}))),
+        )
+        .await;
+    let merchant_id = merchant.json["id"]
+        .as_str()
+        .expect("merchant id")
+        .to_owned();
+    let key = http
+        .call(
+            Method::POST,
+            &format!("/admin/merchants/{merchant_id}/api_keys"),
+            None,
+            Some(Body::Json(serde_json::json!({"label": "cli"}))),
+        )
+        .await;
+    let key = key.json["key"].as_str().expect("api key").to_owned();
+    let payment = http
+        .call(
+            Method::POST,
+            "/v1/payments",
+            Some(&key),
+            Some(Body::Json(serde_json::json!({
+                "amount": 1999, "currency": "EUR", "merchant_order_no": "cli-1",
+                "capture_mode": "automatic"
+            }))),
+        )
+        .await;
+    let id = payment.json["id"].as_str().expect("payment id").to_owned();
+
+    let show = sluice(
+        &["payments", "--url", &url, "show", &id],
+        &[("SLUICE_API_KEY", &key)],
+        data.path(),
+    )
+    .await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains(&format!("payment         {id}")), "{text}");
+    assert!(
+        text.contains("status          created (state CREATED"),
+        "{text}"
+    );
+
+    let explain = sluice(
+        &["payments", "--url", &url, "--api-key", &key, "explain", &id],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(explain.status.success(), "{}", stderr(&explain));
+    let text = stdout(&explain);
+    assert!(text.starts_with("next: merchant"), "{text}");
+    assert!(text.contains("confirm"), "{text}");
+    assert!(
+        text.contains("COMMAND_CREATE"),
+        "the history follows: {text}"
+    );
+
+    let json = sluice(
+        &[
+            "payments",
+            "--url",
+            &url,
+            "--api-key",
+            &key,
+            "--json",
+            "explain",
+            &id,
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(value["next"]["mover"], "merchant");
+
+    let other = sluice(
+        &[
+            "payments",
+            "--url",
+            &url,
+            "--api-key",
+            "sk_wrong",
+            "show",
+            &id,
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(!other.status.success());
+    assert!(
+        stderr(&other).contains("refused the request (401"),
+        "{}",
+        stderr(&other)
+    );
+    server.shutdown().await.unwrap();
 }
