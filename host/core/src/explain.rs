@@ -527,7 +527,8 @@ fn fulfillment_step(
         state: s.state.as_str().to_owned(),
         mover: Mover::Deadline,
         action: "fulfillment_deadline",
-        due_at_ms: f.next_check_at_ms,
+        // An overdue check happens at the scanner's next round: now.
+        due_at_ms: f.next_check_at_ms.map(|at| at.max(now_ms)),
         reference: s.attempt_reference.clone(),
         tries: Some(s.checks),
         backoff_ms: None,
@@ -930,6 +931,23 @@ mod tests {
         let deadline = step.deadline.as_ref().expect("deadline");
         assert_eq!(deadline.at_ms, NOW + 60_000);
         assert!(deadline.then.contains("cmp_pay_1_a1"), "{}", deadline.then);
+    }
+
+    #[test]
+    fn an_overdue_fulfillment_check_is_due_now() {
+        let mut snapshot = FulfillmentSnapshot::new(FulfillmentMode::Pull, "biz-2", NOW + 60_000);
+        snapshot.state = FulfillmentState::AwaitingFulfillment;
+        snapshot.attempt_reference = Some("pay_1_a1".into());
+        let mut f = facts(OrderState::Succeeded, vec![]);
+        f.fulfillment = Some(FulfillmentFacts {
+            snapshot,
+            next_check_at_ms: Some(NOW - 5_000),
+            refundable_minor: 500,
+        });
+        let next = explain(&f);
+        assert_eq!(next.mover, Mover::Scanner);
+        assert_eq!(next.steps[0].action, "fulfillment_check");
+        assert_eq!(next.steps[0].due_at_ms, Some(NOW));
     }
 
     #[test]
