@@ -6,7 +6,8 @@
 //! - `build-adapters`: build every crate under `adapters/` as a `wasm32-wasip2` component and
 //!   copy the results to `<target>/adapters/<dir>.wasm`, where the host loads them from.
 //! - `test [args...]`: build the adapters, check PostgreSQL, run the whole workspace test suite.
-//! - `demo [args...]`: build the adapters, then run `sluice demo` with them loaded.
+//! - `demo [args...]`: build the adapters, then run `sluice demo` with the real ones loaded
+//!   (copied to `<target>/demo-adapters/`; the misbehaving `adapters/test-*` stay out).
 //! - `sim [args...]`: build the adapters, then run the deterministic simulator
 //!   (`sluice-sim`; `--seed S` replays one seed with its trace).
 
@@ -23,6 +24,10 @@ const WASM_PROFILE: &str = "release-wasm";
 const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// Fallback archive of the wasm32-wasip2 standard library, relative to the workspace root.
 const FALLBACK_STD_ARCHIVE: &str = "../shared/toolchain/rust-std-wasm32-wasip2-1.95.0.tgz";
+/// Adapters whose directory starts with this exist only to test the sandbox
+/// (an infinite loop, a memory bomb, a wrong world, ...): built for the tests,
+/// never loaded by the demo.
+const TEST_ADAPTER_PREFIX: &str = "test-";
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -54,7 +59,8 @@ fn main() -> ExitCode {
 const HELP: &str = "usage: cargo xtask <command> [args...]
 
 commands:
-  demo [args...]     build the adapters, then run `sluice demo` (extra args go to sluice)
+  demo [args...]     build the adapters, then run `sluice demo` with the real ones (not
+                     adapters/test-*) from <target>/demo-adapters (extra args go to sluice)
   test [args...]     build the adapters, check PostgreSQL, run every test in the workspace
                      (extra args go to the test runner)
   sim [args...]      build the adapters, then run the deterministic simulator:
@@ -401,8 +407,27 @@ fn redact_password(url: &str) -> String {
 // demo
 // ---------------------------------------------------------------------------------------------
 
+/// `<target>/demo-adapters/`: the built adapters without the test ones, so a
+/// first run loads only what a merchant can use and logs no refusal.
+fn demo_adapters(built: &Path) -> Result<PathBuf> {
+    let dir = target_dir().join("demo-adapters");
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let real = adapter_crates()?
+        .into_iter()
+        .filter(|c| !c.dir_name.starts_with(TEST_ADAPTER_PREFIX));
+    for c in real {
+        let file = format!("{}.wasm", c.dir_name);
+        fs::copy(built.join(&file), dir.join(&file))
+            .map_err(|e| format!("cannot copy {file} to {}: {e}", dir.display()))?;
+    }
+    Ok(dir)
+}
+
 fn demo(extra: &[OsString]) -> Result<()> {
-    let adapters_dir = build_adapters()?;
+    let adapters_dir = demo_adapters(&build_adapters()?)?;
     let mut cmd = cargo();
     cmd.args([
         "run",

@@ -33,6 +33,9 @@
 //!   outcomes opens it, half-open probes close it.
 //! - [`recovery`]: what the recovery scanner does with a pending attempt,
 //!   refund or capture (issue 6), and the outbox redelivery schedule.
+//! - [`explain`]: what happens next to a payment (issue 16): who moves each
+//!   open aggregate, when, with which reference, and the money held, from
+//!   stored facts and the recovery and fulfillment policies.
 //!
 //! # The one-door rule
 //!
@@ -66,6 +69,7 @@ pub mod command;
 pub mod decide;
 pub mod decision;
 pub mod event;
+pub mod explain;
 pub mod failure_table;
 pub mod fulfillment;
 pub mod matrix;
@@ -90,6 +94,10 @@ pub use decision::{
 pub use event::{
     EventIdentity, EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent,
     NOT_FOUND_CODE,
+};
+pub use explain::{
+    explain_next, DeadlineAhead, ExplainPolicy, FulfillmentFacts, Hold, ItemFacts, MoneyHeld,
+    Mover, NextExplanation, PaymentFacts, PendingProposal, ReviewNext, StepAggregate, StepAhead,
 };
 pub use failure_table::{
     classify_failure, FailureClass, FailureOverride, FailureVerdict, VerdictSource,

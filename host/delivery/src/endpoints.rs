@@ -58,7 +58,9 @@ pub struct WebhookEndpoint {
 pub struct CreatedEndpoint {
     #[serde(flatten)]
     pub endpoint: WebhookEndpoint,
-    /// `whsec_...`: the HMAC key for `Sluice-Signature`. Not shown again.
+    /// `whsec_<base64>`: signs `Sluice-Signature` (its UTF-8 bytes are the
+    /// key) and the Standard Webhooks `webhook-signature` (the base64 after
+    /// `whsec_` is the key). Not shown again.
     pub secret: String,
 }
 
@@ -244,11 +246,6 @@ pub fn matches_event_type(patterns: &[String], event_type: &str) -> bool {
     })
 }
 
-fn mint_secret() -> String {
-    let bytes: [u8; 32] = rand::random();
-    format!("whsec_{}", hex::encode(bytes))
-}
-
 fn endpoint_from(row: &AnyRow) -> Result<WebhookEndpoint, DeliveryError> {
     let raw = text(row, "event_types")?;
     let event_types = serde_json::from_str(&raw)
@@ -292,7 +289,7 @@ pub async fn create_endpoint(
         created_at: now,
         updated_at: now,
     };
-    let secret = mint_secret();
+    let secret = crate::signature::mint_secret();
     let event_types = serde_json::to_string(&endpoint.event_types)
         .map_err(|e| DeliveryError::InvalidRequest(format!("event_types: {e}")))?;
     sqlx::query(

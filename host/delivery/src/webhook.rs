@@ -2,7 +2,10 @@
 
 use crate::deliveries::EventEnvelope;
 use crate::endpoints::SigningEndpoint;
-use crate::signature::{sign, EVENT_ID_HEADER, SIGNATURE_HEADER};
+use crate::signature::{
+    sign, sign_standard, EVENT_ID_HEADER, SIGNATURE_HEADER, WEBHOOK_ID_HEADER,
+    WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER,
+};
 use crate::DeliveryError;
 use std::time::Duration;
 
@@ -57,16 +60,27 @@ impl WebhookSender {
             }
         };
         let signature = sign(&endpoint.secret, now_unix, &body);
-        let sent = self
+        let mut request = self
             .client
             .post(&endpoint.endpoint.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, signature)
             .header(EVENT_ID_HEADER, &envelope.id)
-            .header(DELIVERY_ID_HEADER, delivery_id)
-            .body(body)
-            .send()
-            .await;
+            .header(DELIVERY_ID_HEADER, delivery_id);
+        // Standard Webhooks, same secret, same instant. Every secret Sluice
+        // mints has the key; one that does not (written by hand) still gets
+        // the `Sluice-Signature`, and the reason is logged, never the secret.
+        match sign_standard(&endpoint.secret, &envelope.id, now_unix, &body) {
+            Ok(standard) => {
+                request = request
+                    .header(WEBHOOK_ID_HEADER, &envelope.id)
+                    .header(WEBHOOK_TIMESTAMP_HEADER, now_unix.to_string())
+                    .header(WEBHOOK_SIGNATURE_HEADER, standard);
+            }
+            Err(error) => tracing::warn!(endpoint_id = %endpoint.endpoint.id, %error,
+                "no Standard Webhooks signature for this endpoint's secret"),
+        }
+        let sent = request.body(body).send().await;
         match sent {
             Ok(response) if response.status().is_success() => SendOutcome::Delivered {
                 status: i64::from(response.status().as_u16()),

@@ -64,6 +64,9 @@ pub struct ApiConfig {
     pub idempotency_lease_ms: i64,
     /// Per `adapter/connector_account` rate limit of the webhook route.
     pub webhook_rate_limit: RateLimit,
+    /// The recovery scanner's policy, so the timeline's `next` says what
+    /// the scanner will do (the server passes the scanner's own).
+    pub recovery_policy: sluice_core::RecoveryPolicy,
 }
 
 impl Default for ApiConfig {
@@ -71,6 +74,7 @@ impl Default for ApiConfig {
         ApiConfig {
             idempotency_lease_ms: 5 * 60 * 1000,
             webhook_rate_limit: RateLimit::default(),
+            recovery_policy: sluice_core::RecoveryPolicy::default(),
         }
     }
 }

@@ -511,6 +511,12 @@ pub mod fields {
         page_limit => integer(false, 1, req::MAX_PAGE).build(), format!(
             "1 to {}, default 20.", req::MAX_PAGE
         );
+        timeline_limit => integer(false, 1, req::MAX_TIMELINE_PAGE).build(), format!(
+            "History rows per page, 1 to {}, default {}.",
+            req::MAX_TIMELINE_PAGE, req::DEFAULT_TIMELINE_PAGE
+        );
+        timeline_cursor => integer(false, 0, i64::MAX).build(),
+            "The `next_cursor` of the previous page: rows recorded after it.";
     }
 }
 

@@ -12,9 +12,10 @@ use sluice_store::{NewPayment, PaymentFilter, Provenance, StoreError};
 use crate::auth::AuthedMerchant;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::requests::{self as req, CreatePaymentRequest, ListPaymentsQuery};
+use crate::requests::{self as req, CreatePaymentRequest, ListPaymentsQuery, TimelineQuery};
 use crate::views::{
-    json_bytes, PaymentList, PaymentResource, PaymentStatus, RefundView, Timeline, TimelineEvent,
+    json_bytes, NextSection, PaymentList, PaymentResource, PaymentStatus, RefundView, Timeline,
+    TimelineEvent,
 };
 use crate::MerchantApiState;
 
@@ -223,12 +224,14 @@ pub async fn get_payment(
     Ok(json(StatusCode::OK, &view))
 }
 
-/// Every decision about the payment, with its evidence.
+/// Every decision about the payment, with its evidence, one page at a time,
+/// and what happens next.
 #[utoipa::path(
     get, path = "/v1/payments/{id}/timeline", tag = "payments",
-    params(("id" = String, Path, description = "Payment id")),
+    params(("id" = String, Path, description = "Payment id"), TimelineQuery),
     responses(
         (status = 200, body = Timeline),
+        (status = 400, description = "Invalid `limit` or `starting_after`; nothing was read", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
     ),
@@ -238,22 +241,52 @@ pub async fn timeline(
     State(state): State<MerchantApiState>,
     merchant: AuthedMerchant,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TimelineQuery>,
 ) -> Result<Response, ApiError> {
     let id = payment_id_or_404(&id)?;
     record_payment_id(id);
-    state
-        .store
-        .get_payment(Some(&merchant.merchant_id), id)
+    let (limit, after) = timeline_page(&query)?;
+    let explained = state
+        .orchestrator
+        .explain(
+            Some(&merchant.merchant_id),
+            id,
+            &state.config.recovery_policy,
+        )
         .await?;
-    let entries = state.store.timeline(id).await?;
+    let (entries, has_more) = state.store.timeline_page(id, after, limit).await?;
+    let next_cursor = entries.last().map(|e| e.id).filter(|_| has_more);
     Ok(json(
         StatusCode::OK,
         &Timeline {
             object: "list".into(),
             payment_id: id.to_owned(),
             data: entries.iter().map(TimelineEvent::from).collect(),
+            has_more,
+            next_cursor,
+            next: NextSection::new(&explained.next, explained.as_of_ms),
         },
     ))
+}
+
+/// The page a timeline request asks for: its size and the row it follows.
+fn timeline_page(query: &TimelineQuery) -> Result<(i64, Option<i64>), ApiError> {
+    let limit = query.limit.unwrap_or(req::DEFAULT_TIMELINE_PAGE);
+    if !(1..=req::MAX_TIMELINE_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            "limit",
+            format!("limit must be between 1 and {}", req::MAX_TIMELINE_PAGE),
+        ));
+    }
+    if query.starting_after.is_some_and(|after| after < 0) {
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            "starting_after",
+            "not a cursor",
+        ));
+    }
+    Ok((limit, query.starting_after))
 }
 
 /// One refund.

@@ -203,6 +203,21 @@ pub struct ListPaymentsQuery {
 /// Most payments one page of `GET /v1/payments` holds.
 pub const MAX_PAGE: i64 = 100;
 
+/// `GET /v1/payments/{id}/timeline`: one page of the history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TimelineQuery {
+    #[param(schema_with = crate::openapi::fields::timeline_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = crate::openapi::fields::timeline_cursor)]
+    pub starting_after: Option<i64>,
+}
+
+/// Most history rows one page of a timeline holds, and the default.
+pub const MAX_TIMELINE_PAGE: i64 = 500;
+pub const DEFAULT_TIMELINE_PAGE: i64 = 100;
+
 // ---- integers ---------------------------------------------------------------------
 
 /// An integer, also written with a zero fraction (`259.0`): JSON Schema's

@@ -297,12 +297,20 @@ pub struct TimelineEvent {
     pub recorded_at: i64,
 }
 
+/// A payment's past (one page of its history, oldest first) and its future
+/// (`next`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Timeline {
     /// Always `list`.
     pub object: String,
     pub payment_id: String,
+    /// Up to `limit` history rows after `starting_after`, oldest first.
     pub data: Vec<TimelineEvent>,
+    /// Pass as `starting_after` for the next page; null on the last page.
+    pub next_cursor: Option<i64>,
+    pub has_more: bool,
+    /// What happens next: who moves each open aggregate, when, with what.
+    pub next: NextSection,
 }
 
 /// How soon a client should poll a processing payment when the store has no
@@ -536,6 +544,248 @@ impl From<&HistoryEntry> for TimelineEvent {
             }),
             actor: h.actor.clone(),
             recorded_at: h.recorded_at,
+        }
+    }
+}
+
+// ---- the timeline's `next` section (issue 16) ----------------------------------
+
+/// Who moves an aggregate (or the payment) next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NextMover {
+    /// The recovery scanner: a query with the original reference, an
+    /// escalation to review, or a business check.
+    Scanner,
+    /// The PSP's webhook; the scanner queries at `due_at` if none arrives.
+    Webhook,
+    /// A deadline: `deadline.then` says what happens at it.
+    Deadline,
+    /// Operators: a proposal, then a second operator's approval.
+    Operator,
+    /// The merchant: confirm, capture or void, confirm a fulfillment.
+    Merchant,
+    /// Nothing is left to happen.
+    Nothing,
+}
+
+impl From<sluice_core::Mover> for NextMover {
+    fn from(mover: sluice_core::Mover) -> Self {
+        use sluice_core::Mover as M;
+        match mover {
+            M::Scanner => NextMover::Scanner,
+            M::Webhook => NextMover::Webhook,
+            M::Deadline => NextMover::Deadline,
+            M::Operator => NextMover::Operator,
+            M::Merchant => NextMover::Merchant,
+            M::Nothing => NextMover::Nothing,
+        }
+    }
+}
+
+/// The aggregate a step is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepAggregateView {
+    Order,
+    Attempt,
+    Capture,
+    Refund,
+    Fulfillment,
+}
+
+impl From<sluice_core::StepAggregate> for StepAggregateView {
+    fn from(aggregate: sluice_core::StepAggregate) -> Self {
+        use sluice_core::StepAggregate as A;
+        match aggregate {
+            A::Order => StepAggregateView::Order,
+            A::Attempt => StepAggregateView::Attempt,
+            A::Capture => StepAggregateView::Capture,
+            A::Refund => StepAggregateView::Refund,
+            A::Fulfillment => StepAggregateView::Fulfillment,
+        }
+    }
+}
+
+/// A deadline ahead of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct DeadlineView {
+    /// Unix milliseconds.
+    pub at: i64,
+    /// What happens when it comes.
+    pub then: String,
+}
+
+/// Who moves one open aggregate next, when and with what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct NextStepView {
+    pub aggregate: StepAggregateView,
+    /// The attempt, capture or refund id, the payment id (order) or the
+    /// `biz_key` (fulfillment).
+    pub id: String,
+    /// The aggregate's detailed state (`UNKNOWN`, `awaiting_fulfillment`, ...).
+    pub state: String,
+    pub mover: NextMover,
+    /// What happens: `query_psp`, `query_void`, `await_webhook`,
+    /// `await_customer`, `await_event`, `escalate_to_review`,
+    /// `expire_requires_action`, `expire_authorization`, `capture_or_void`,
+    /// `confirm`, `await_payment`, `fulfillment_deadline`,
+    /// `fulfillment_check`, `await_compensation_refund` or
+    /// `operator_resolution`.
+    pub action: String,
+    /// When it happens (unix ms; now if overdue); null when only an outside
+    /// party can act.
+    pub due_at: Option<i64>,
+    /// The reference the PSP or the business is contacted with.
+    pub reference: Option<String>,
+    /// Queries (or business checks) made so far.
+    pub tries: Option<i64>,
+    /// The wait after the next query or check, in ms, before jitter (the
+    /// scanner waits between half of it and all of it).
+    pub backoff_ms: Option<i64>,
+    pub deadline: Option<DeadlineView>,
+    /// The step in words.
+    pub explanation: String,
+}
+
+/// One amount the payment holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct HoldView {
+    /// `authorization`, `capture_reservation` or `refund_reservation`.
+    pub kind: String,
+    /// The attempt, capture or refund that holds it.
+    pub aggregate_id: String,
+    /// Minor units.
+    pub amount: i64,
+    pub reason: String,
+}
+
+/// The money the payment holds, in minor units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct MoneyHeldView {
+    /// Authorised at the PSP, neither captured nor reserved for a capture.
+    pub authorized: i64,
+    pub capture_reserved: i64,
+    pub refund_reserved: i64,
+    pub holds: Vec<HoldView>,
+}
+
+/// A review proposal waiting for a second operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct PendingProposalView {
+    pub id: String,
+    pub outcome: String,
+    pub target_type: String,
+    pub target_id: String,
+    pub reason_code: String,
+    pub evidence_note: String,
+    /// For `manual_refund`: minor units.
+    pub amount: Option<i64>,
+    /// The proposing operator (who cannot approve it).
+    pub proposed_by: String,
+    /// Unix milliseconds.
+    pub proposed_at: i64,
+}
+
+/// The payment's manual review.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ReviewNextView {
+    pub reason: Option<String>,
+    pub pending_proposals: Vec<PendingProposalView>,
+    /// What the review waits for.
+    pub awaiting: String,
+}
+
+/// What happens next to the payment, from stored facts and the policies the
+/// workers run with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct NextSection {
+    /// Who moves the payment next: an operator while it is in review, else
+    /// the mover of the step due first; `nothing` when nothing is open.
+    pub mover: NextMover,
+    /// The earliest due time of any step (unix ms).
+    pub due_at: Option<i64>,
+    /// When this was computed (unix ms).
+    pub as_of: i64,
+    /// The next step in words.
+    pub summary: String,
+    /// One step per open aggregate: order, attempts, captures, refunds, fulfillment.
+    pub steps: Vec<NextStepView>,
+    pub money_held: MoneyHeldView,
+    /// Set while the payment is in manual review.
+    pub review: Option<ReviewNextView>,
+}
+
+impl NextSection {
+    pub fn new(next: &sluice_core::NextExplanation, as_of: i64) -> Self {
+        NextSection {
+            mover: next.mover.into(),
+            due_at: next.due_at_ms,
+            as_of,
+            summary: next.summary.clone(),
+            steps: next.steps.iter().map(NextStepView::from).collect(),
+            money_held: MoneyHeldView {
+                authorized: next.money_held.authorized_minor,
+                capture_reserved: next.money_held.capture_reserved_minor,
+                refund_reserved: next.money_held.refund_reserved_minor,
+                holds: next
+                    .money_held
+                    .holds
+                    .iter()
+                    .map(|h| HoldView {
+                        kind: h.kind.to_owned(),
+                        aggregate_id: h.aggregate_id.clone(),
+                        amount: h.amount_minor,
+                        reason: h.reason.clone(),
+                    })
+                    .collect(),
+            },
+            review: next.review.as_ref().map(|r| ReviewNextView {
+                reason: r.reason.clone(),
+                pending_proposals: r
+                    .pending_proposals
+                    .iter()
+                    .map(PendingProposalView::from)
+                    .collect(),
+                awaiting: r.awaiting.clone(),
+            }),
+        }
+    }
+}
+
+impl From<&sluice_core::StepAhead> for NextStepView {
+    fn from(s: &sluice_core::StepAhead) -> Self {
+        NextStepView {
+            aggregate: s.aggregate.into(),
+            id: s.id.clone(),
+            state: s.state.clone(),
+            mover: s.mover.into(),
+            action: s.action.to_owned(),
+            due_at: s.due_at_ms,
+            reference: s.reference.clone(),
+            tries: s.tries.map(i64::from),
+            backoff_ms: s.backoff_ms,
+            deadline: s.deadline.as_ref().map(|d| DeadlineView {
+                at: d.at_ms,
+                then: d.then.clone(),
+            }),
+            explanation: s.explanation.clone(),
+        }
+    }
+}
+
+impl From<&sluice_core::PendingProposal> for PendingProposalView {
+    fn from(p: &sluice_core::PendingProposal) -> Self {
+        PendingProposalView {
+            id: p.id.clone(),
+            outcome: p.outcome.clone(),
+            target_type: p.target_type.clone(),
+            target_id: p.target_id.clone(),
+            reason_code: p.reason_code.clone(),
+            evidence_note: p.evidence_note.clone(),
+            amount: p.amount_minor,
+            proposed_by: p.proposed_by.clone(),
+            proposed_at: p.proposed_at_ms,
         }
     }
 }

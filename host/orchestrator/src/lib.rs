@@ -18,6 +18,8 @@
 //!   asked before routing a new attempt (never before a query).
 //! - [`commands`]: create / confirm / capture / void / refund with a bounded
 //!   synchronous wait; the PSP step continues in the background.
+//! - [`explain`]: the facts behind "what happens next to this payment",
+//!   read for the pure `sluice_core::explain_next` (the timeline's `next`).
 //! - [`webhook`] and [`inbox`]: verified webhook events go durably into the
 //!   inbox before the PSP gets its ack; an asynchronous processor applies them
 //!   through the door, retries, quarantines poison events, replays on request.
@@ -35,6 +37,7 @@ pub mod convert;
 mod create;
 mod error;
 mod exits;
+pub mod explain;
 pub mod fulfillment;
 pub mod inbox;
 mod metrics;
@@ -49,6 +52,7 @@ pub use commands::{CaptureView, ConfirmOptions, Created, PaymentView, RefundView
 pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};
 pub use create::{CreatePayment, RouteRefusal};
 pub use error::OrchestratorError;
+pub use explain::Explained;
 pub use fulfillment::FulfillmentStep;
 pub use inbox::{InboxRound, Replayed};
 pub use metrics::register_metrics;

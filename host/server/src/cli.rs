@@ -34,6 +34,46 @@ pub enum Command {
     Migrate,
     /// Manage the adapters of a running gateway through its admin API.
     Adapter(AdapterArgs),
+    /// Look at a payment through a running gateway's merchant API.
+    Payments(PaymentsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PaymentsArgs {
+    /// Base URL of the gateway.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+
+    /// The merchant's API key (a key sees only its own merchant's payments).
+    #[arg(long, global = true, env = "SLUICE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// Print the raw JSON responses instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: PaymentsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PaymentsCommand {
+    /// The payment: status, amounts, attempts, captures, refunds, fulfillment.
+    Show {
+        /// Payment id (`pay_...`).
+        id: String,
+    },
+    /// What happens next to the payment (who moves it, when, with what, the
+    /// money held, the review), then its history.
+    Explain {
+        /// Payment id (`pay_...`).
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +157,27 @@ pub struct AdapterTestArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn payments_show_and_explain_take_an_id_and_the_merchant_key() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "payments",
+            "--api-key",
+            "sk_x",
+            "explain",
+            "pay_1",
+        ])
+        .expect("parses");
+        match cli.command {
+            Command::Payments(args) => {
+                assert_eq!(args.api_key.as_deref(), Some("sk_x"));
+                assert!(matches!(args.command, PaymentsCommand::Explain { id } if id == "pay_1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["sluice", "payments", "show"]).is_err());
+    }
 
     #[test]
     fn the_command_line_definition_is_consistent() {

@@ -1,4 +1,5 @@
-//! HTTP client of the admin API, used by `sluice adapter ...`.
+//! HTTP client of the gateway's API, used by `sluice adapter ...` (admin
+//! token) and `sluice payments ...` (a merchant API key).
 
 use std::time::Duration;
 
@@ -104,6 +105,13 @@ impl AdminClient {
             Some(token) => request.bearer_auth(token),
             None => request,
         }
+    }
+
+    /// `GET path` as JSON, with the client's token (an admin token, or a
+    /// merchant API key for `/v1`).
+    pub async fn get_json(&self, path: &str) -> Result<Value, ClientError> {
+        let answer: Answer<Value> = self.send(self.request(Method::GET, path)).await?;
+        Ok(answer.value)
     }
 
     async fn send<T: DeserializeOwned>(

@@ -7,7 +7,9 @@ use rand::RngCore;
 
 use crate::adapters::StartupReport;
 use crate::api::{render_table, render_version};
-use crate::cli::{AdapterArgs, AdapterCommand, Cli, Command, DemoArgs};
+use crate::cli::{
+    AdapterArgs, AdapterCommand, Cli, Command, DemoArgs, PaymentsArgs, PaymentsCommand,
+};
 use crate::client::{AdminClient, ClientError};
 use crate::config::{Config, ConfigError, Secret};
 use crate::server::{self, StartError};
@@ -45,7 +47,36 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
         Command::Demo(args) => demo(Config::load(cli.config.as_deref())?, args).await,
         Command::Migrate => migrate(Config::load(cli.config.as_deref())?).await,
         Command::Adapter(args) => adapter(args).await,
+        Command::Payments(args) => payments(args).await,
     }
+}
+
+/// `sluice payments show|explain ID`, through the merchant API.
+async fn payments(args: PaymentsArgs) -> Result<(), CommandError> {
+    use crate::payments_cli::{fetch_payment, fetch_timeline, render_explain, render_payment};
+    let client = AdminClient::new(&args.url, args.api_key)?;
+    let output = match args.command {
+        PaymentsCommand::Show { id } => {
+            let payment = fetch_payment(&client, &id).await?;
+            if args.json {
+                pretty(&payment)
+            } else {
+                render_payment(&payment)
+            }
+        }
+        PaymentsCommand::Explain { id } => {
+            let timeline = fetch_timeline(&client, &id).await?;
+            if args.json {
+                pretty(&timeline)
+            } else {
+                render_explain(&timeline)
+            }
+        }
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(output.as_bytes())
+        .map_err(CommandError::Output)
 }
 
 async fn serve(config: Config) -> Result<(), CommandError> {

@@ -19,6 +19,7 @@ pub mod health;
 pub mod master_key;
 pub mod openapi;
 pub mod payment_services;
+pub mod payments_cli;
 pub mod pending_metrics;
 pub mod server;
 pub mod telemetry;

@@ -115,7 +115,11 @@ impl PaymentServices {
         let scanner =
             Scanner::with_metrics(orchestrator.clone(), scanner_config(timings), &registry)
                 .map_err(|e| PaymentServicesError::Scanner(e.to_string()))?;
-        let mut api_config = ApiConfig::default();
+        let mut api_config = ApiConfig {
+            // The timeline explains what this very scanner will do.
+            recovery_policy: scanner.config().policy,
+            ..ApiConfig::default()
+        };
         if let Some(lease) = timings.idempotency_lease_ms {
             api_config.idempotency_lease_ms = i64::try_from(lease).unwrap_or(i64::MAX);
         }

@@ -201,6 +201,33 @@ impl Store {
         rows.iter().map(entry_from).collect()
     }
 
+    /// One page of a payment's timeline: at most `limit` rows recorded
+    /// after the row `after_id` (None: from the start), in order, and
+    /// whether more follow. Reads `limit + 1` rows through the
+    /// `(payment_id, id)` index, so a page costs the same however long the
+    /// history is.
+    pub async fn timeline_page(
+        &self,
+        payment_id: &str,
+        after_id: Option<i64>,
+        limit: i64,
+    ) -> Result<(Vec<HistoryEntry>, bool), StoreError> {
+        let limit = limit.max(1);
+        let rows = sqlx::query(&format!(
+            "SELECT {HISTORY_COLS} FROM state_history WHERE payment_id = $1 AND id > $2 \
+             ORDER BY id LIMIT $3"
+        ))
+        .bind(payment_id)
+        .bind(after_id.unwrap_or(0))
+        .bind(limit.saturating_add(1))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut entries = rows.iter().map(entry_from).collect::<Result<Vec<_>, _>>()?;
+        let more = entries.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+        entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok((entries, more))
+    }
+
     /// The history of one aggregate, in order.
     pub async fn aggregate_history(
         &self,

@@ -12,4 +12,5 @@ mod concurrency;
 mod crash;
 mod jetstream;
 mod retries;
+mod standard_webhooks;
 mod webhooks;

@@ -15,4 +15,5 @@ mod openapi;
 mod operations;
 mod payments;
 mod review;
+mod timeline;
 mod webhooks;

@@ -21,6 +21,7 @@ async fn sluice(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         "SLUICE_ADAPTERS_DIR",
         "SLUICE_MASTER_KEY",
         "SLUICE_PREVIOUS_MASTER_KEYS",
+        "SLUICE_API_KEY",
     ] {
         command.env_remove(var);
     }
@@ -288,10 +289,19 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
         .env("SLUICE_DATA_DIR", data.path())
         .current_dir(data.path())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start sluice demo");
+    // Drained all along, so the demo never blocks on a full pipe.
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let logs = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr_pipe, &mut text)
+            .await
+            .expect("read demo logs");
+        text
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut banner = String::new();
     let read_banner = async {
@@ -338,6 +348,9 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
 
     let status = terminate(&mut child).await;
     assert!(status.success(), "sluice demo exited with {status}");
+    // A first run without surprises: adapters that load print no error.
+    let logs = logs.await.unwrap();
+    assert!(!logs.contains("ERROR"), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,4 +473,116 @@ async fn adapter_test_passes_the_stripe_format_adapter_and_fails_a_panicking_one
         "{}",
         stderr(&output)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_payments_show_and_explain_print_a_payment_and_what_happens_next_through_the_merchant_api(
+) {
+    use reqwest::Method;
+    let data = tempfile::tempdir().unwrap();
+    let server = start(&config(data.path(), None)).await;
+    let url = server.url();
+    let http = Http::new(&server);
+    let merchant = http
+        .call(
+            Method::POST,
+            "/admin/merchants",
+            None,
+            Some(Body::Json(serde_json::json!({"name": "Acme"}))),
+        )
+        .await;
+    let merchant_id = merchant.json["id"]
+        .as_str()
+        .expect("merchant id")
+        .to_owned();
+    let key = http
+        .call(
+            Method::POST,
+            &format!("/admin/merchants/{merchant_id}/api_keys"),
+            None,
+            Some(Body::Json(serde_json::json!({"label": "cli"}))),
+        )
+        .await;
+    let key = key.json["key"].as_str().expect("api key").to_owned();
+    let payment = http
+        .call(
+            Method::POST,
+            "/v1/payments",
+            Some(&key),
+            Some(Body::Json(serde_json::json!({
+                "amount": 1999, "currency": "EUR", "merchant_order_no": "cli-1",
+                "capture_mode": "automatic"
+            }))),
+        )
+        .await;
+    let id = payment.json["id"].as_str().expect("payment id").to_owned();
+
+    let show = sluice(
+        &["payments", "--url", &url, "show", &id],
+        &[("SLUICE_API_KEY", &key)],
+        data.path(),
+    )
+    .await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains(&format!("payment         {id}")), "{text}");
+    assert!(
+        text.contains("status          created (state CREATED"),
+        "{text}"
+    );
+
+    let explain = sluice(
+        &["payments", "--url", &url, "--api-key", &key, "explain", &id],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(explain.status.success(), "{}", stderr(&explain));
+    let text = stdout(&explain);
+    assert!(text.starts_with("next: merchant"), "{text}");
+    assert!(text.contains("confirm"), "{text}");
+    assert!(
+        text.contains("COMMAND_CREATE"),
+        "the history follows: {text}"
+    );
+
+    let json = sluice(
+        &[
+            "payments",
+            "--url",
+            &url,
+            "--api-key",
+            &key,
+            "--json",
+            "explain",
+            &id,
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(value["next"]["mover"], "merchant");
+
+    let other = sluice(
+        &[
+            "payments",
+            "--url",
+            &url,
+            "--api-key",
+            "sk_wrong",
+            "show",
+            &id,
+        ],
+        &[],
+        data.path(),
+    )
+    .await;
+    assert!(!other.status.success());
+    assert!(
+        stderr(&other).contains("refused the request (401"),
+        "{}",
+        stderr(&other)
+    );
+    server.shutdown().await.unwrap();
 }

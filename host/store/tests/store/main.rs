@@ -9,6 +9,7 @@ mod boundary;
 mod door;
 mod exits;
 mod fulfillment;
+mod history;
 mod money;
 mod queues;
 mod review;
