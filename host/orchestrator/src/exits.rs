@@ -12,7 +12,7 @@ use sluice_core::{
 };
 use sluice_store::{Capture, EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund};
 
-use crate::advance::{action_spec, attempt_spec, Action};
+use crate::advance::{action_spec, attempt_spec, Action, Learned};
 use crate::call::{self, Connector};
 use crate::convert::{Operation, OperationSpec};
 use crate::error::OrchestratorError;
@@ -188,32 +188,19 @@ impl Orchestrator {
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
         let spec = attempt_spec(Operation::QueryPayment, attempt, order);
-        let (queried, learned) = self
-            .query_learning(
-                PendingKind::Attempt,
-                &attempt.id,
-                connector,
-                own,
-                &spec,
-                trigger,
-            )
-            .await?;
-        if !learned.absent {
-            return Ok(queried);
-        }
         let operation = match attempt.capture_mode {
             CaptureMode::Automatic => Operation::Sale,
             CaptureMode::Manual => Operation::Authorize,
         };
         let resend = attempt_spec(operation, attempt, order);
-        let absent = Absent {
+        let item = Absent {
             kind: PendingKind::Attempt,
             id: &attempt.id,
             created_at: attempt.created_at,
             query: &spec,
             resend: &resend,
         };
-        self.resend_if_safe(absent, queried, connector, own, trigger)
+        self.query_or_resend(item, |l| l.absent, connector, own, trigger)
             .await
     }
 
@@ -233,19 +220,6 @@ impl Orchestrator {
             reference: refund.reference.clone(),
             mode: attempt.capture_mode,
         };
-        let (queried, learned) = self
-            .query_learning(
-                PendingKind::Refund,
-                &refund.id,
-                connector,
-                own,
-                spec,
-                trigger,
-            )
-            .await?;
-        if !learned.absent {
-            return Ok(queried);
-        }
         let resend = action_spec(
             Operation::Refund,
             attempt,
@@ -254,14 +228,14 @@ impl Orchestrator {
             refund.amount,
             None,
         );
-        let absent = Absent {
+        let item = Absent {
             kind: PendingKind::Refund,
             id: &refund.id,
             created_at: refund.created_at,
             query: spec,
             resend: &resend,
         };
-        self.resend_if_safe(absent, queried, connector, own, trigger)
+        self.query_or_resend(item, |l| l.absent, connector, own, trigger)
             .await
     }
 
@@ -288,19 +262,6 @@ impl Orchestrator {
             attempt.amount,
             None,
         );
-        let (queried, learned) = self
-            .query_learning(
-                PendingKind::Capture,
-                &capture.id,
-                connector,
-                own,
-                &spec,
-                trigger,
-            )
-            .await?;
-        if !learned.uncaptured {
-            return Ok(queried);
-        }
         let resend = action_spec(
             Operation::Capture,
             attempt,
@@ -309,14 +270,34 @@ impl Orchestrator {
             capture.amount,
             None,
         );
-        let absent = Absent {
+        let item = Absent {
             kind: PendingKind::Capture,
             id: &capture.id,
             created_at: capture.created_at,
             query: &spec,
             resend: &resend,
         };
-        self.resend_if_safe(absent, queried, connector, own, trigger)
+        self.query_or_resend(item, |l| l.uncaptured, connector, own, trigger)
+            .await
+    }
+
+    /// Query `item` with its original reference; when the answer shows what
+    /// `proves_absent` asks for, hand it to [`Self::resend_if_safe`].
+    async fn query_or_resend(
+        &self,
+        item: Absent<'_>,
+        proves_absent: impl Fn(&Learned) -> bool,
+        connector: &Connector,
+        own: &OwnAggregate,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        let (queried, learned) = self
+            .query_learning(item.kind, item.id, connector, own, item.query, trigger)
+            .await?;
+        if !proves_absent(&learned) {
+            return Ok(queried);
+        }
+        self.resend_if_safe(item, queried, connector, own, trigger)
             .await
     }
 
