@@ -51,10 +51,15 @@ pub struct AdapterHealth {
     pub refusal: Option<String>,
 }
 
-/// What one call says about the PSP's health.
+/// What one call says about the PSP's health. An answer the adapter could
+/// only read as "outcome unknown" (a 5xx, a PSP saying it failed to
+/// process) is no answer for the breaker either: counting it as answered let
+/// an account answering 500 to every call keep its breaker closed. A query's
+/// "no such payment" is a real answer.
 pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
     match outcome {
         CallOutcome::Unknown { .. } => CallHealth::Unanswered,
+        CallOutcome::Answered(events) if events.iter().all(tells_nothing) => CallHealth::Unanswered,
         CallOutcome::Answered(events) => {
             let refused = events.iter().any(|e| {
                 e.failure
@@ -68,6 +73,20 @@ pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
             }
         }
     }
+}
+
+/// An event that reports no outcome of the PSP's (and is no proof of
+/// absence either).
+fn tells_nothing(event: &sluice_core::PaymentEvent) -> bool {
+    use sluice_core::EventKind;
+    matches!(
+        event.kind,
+        EventKind::ResultUnknown | EventKind::RefundUnknown
+    ) && !event.proves_absence()
+        && event
+            .failure
+            .as_ref()
+            .is_none_or(|f| f.category != sluice_core::FailureCategory::Configuration)
 }
 
 type Map = HashMap<String, (String, Breaker)>;
@@ -195,9 +214,16 @@ impl crate::Orchestrator {
         connector: &crate::call::Connector,
         spec: &crate::convert::OperationSpec,
         request: &crate::transport::CheckedRequest,
+        slot: crate::call_slots::CallSlot,
     ) -> CallOutcome {
-        let outcome =
-            crate::call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
+        let outcome = crate::call::perform(
+            self.inner.transport.as_ref(),
+            connector,
+            spec,
+            request,
+            slot,
+        )
+        .await;
         let adapter = connector.adapter.identity().name.clone();
         let moved = self.inner.breakers.record(
             &connector.account_id,
@@ -322,6 +348,51 @@ mod tests {
         for n in 0..policy.min_calls {
             breakers.record(account, adapter, i64::from(n), health);
         }
+    }
+
+    #[test]
+    fn a_5xx_the_adapter_read_as_unknown_counts_as_unanswered_and_not_found_as_answered() {
+        use sluice_core::{EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
+        let unknown = |category, code: &str, evidence| PaymentEvent {
+            failure: Some(Failure {
+                category,
+                code: code.into(),
+                message: String::new(),
+            }),
+            ..PaymentEvent::new(EventKind::ResultUnknown, evidence)
+        };
+        let server_error = unknown(
+            FailureCategory::Retryable,
+            "api_error",
+            EvidenceSource::SyncResponse,
+        );
+        assert_eq!(
+            health_of(&CallOutcome::Answered(vec![server_error])),
+            CallHealth::Unanswered
+        );
+        let absent = unknown(
+            FailureCategory::Unknown,
+            sluice_core::NOT_FOUND_CODE,
+            EvidenceSource::Query,
+        );
+        assert_eq!(
+            health_of(&CallOutcome::Answered(vec![absent])),
+            CallHealth::Answered
+        );
+        let misconfigured = unknown(
+            FailureCategory::Configuration,
+            "auth",
+            EvidenceSource::Query,
+        );
+        assert_eq!(
+            health_of(&CallOutcome::Answered(vec![misconfigured])),
+            CallHealth::Answered
+        );
+        let declined = PaymentEvent::new(EventKind::PaymentFailed, EvidenceSource::SyncResponse);
+        assert_eq!(
+            health_of(&CallOutcome::Answered(vec![declined])),
+            CallHealth::Answered
+        );
     }
 
     #[test]
