@@ -33,6 +33,8 @@
 //!   outcomes opens it, half-open probes close it.
 //! - [`recovery`]: what the recovery scanner does with a pending attempt,
 //!   refund or capture (issue 6), and the outbox redelivery schedule.
+//! - [`retry_budget`]: the scanner's retry budget per PSP, a token bucket
+//!   over the caller's clock, and how far a row it refuses is pushed.
 //!
 //! # The one-door rule
 //!
@@ -72,6 +74,7 @@ pub mod matrix;
 pub mod money;
 pub mod projection;
 pub mod recovery;
+pub mod retry_budget;
 pub mod routing;
 pub mod snapshot;
 pub mod state;
@@ -111,6 +114,7 @@ pub use recovery::{
     OutboxRetryPolicy, PendingItem, PendingState, RecoveryAction, RecoveryPolicy, Resend,
     ResendCheck, DEFAULT_AUTHORIZATION_VALIDITY_MS,
 };
+pub use retry_budget::{defer_delay_ms, RetryBudgetPolicy, TokenBucket};
 pub use routing::{
     next_step, plan_route, AttemptFact, FailoverInput, NextStep, PlanEntry, RouteConditions,
     RouteInput, RouteRule, RoutingConfig, RoutingConfigError, RoutingPlan, Stop, WeightedAccount,
