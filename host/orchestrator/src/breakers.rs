@@ -51,15 +51,23 @@ pub struct AdapterHealth {
     pub refusal: Option<String>,
 }
 
-/// What one call says about the PSP's health. An answer the adapter could
-/// only read as "outcome unknown" (a 5xx, a PSP saying it failed to
-/// process) is no answer for the breaker either: counting it as answered let
-/// an account answering 500 to every call keep its breaker closed. A query's
-/// "no such payment" is a real answer.
-pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
+/// What one call of `operation` says about the PSP's health. An answer the
+/// adapter could only read as "outcome unknown" (a 5xx, a PSP saying it
+/// failed to process) to new work is no answer for the breaker either:
+/// counting it as answered let an account answering 500 to every new
+/// payment keep its breaker closed. A query's such answer stays an answer:
+/// it is about one payment asked again and again on its backoff, and a few
+/// stuck payments would otherwise fill the window and close the account for
+/// everyone (the kill test's permanent-500 payments did); a query with no
+/// answer at all (timeout, connection) still counts as unanswered.
+pub(crate) fn health_of(outcome: &CallOutcome, operation: crate::convert::Operation) -> CallHealth {
+    use crate::convert::Operation;
+    let query = matches!(operation, Operation::QueryPayment | Operation::QueryRefund);
     match outcome {
         CallOutcome::Unknown { .. } => CallHealth::Unanswered,
-        CallOutcome::Answered(events) if events.iter().all(tells_nothing) => CallHealth::Unanswered,
+        CallOutcome::Answered(events) if !query && events.iter().all(tells_nothing) => {
+            CallHealth::Unanswered
+        }
         CallOutcome::Answered(events) => {
             let refused = events.iter().any(|e| {
                 e.failure
@@ -229,7 +237,7 @@ impl crate::Orchestrator {
             &connector.account_id,
             &adapter,
             self.now_ms(),
-            health_of(&outcome),
+            health_of(&outcome, spec.operation),
         );
         self.note_transition(&connector.account_id, moved).await;
         outcome
@@ -351,7 +359,8 @@ mod tests {
     }
 
     #[test]
-    fn a_5xx_the_adapter_read_as_unknown_counts_as_unanswered_and_not_found_as_answered() {
+    fn a_5xx_to_new_work_counts_as_unanswered_and_a_querys_5xx_or_not_found_as_answered() {
+        use crate::convert::Operation;
         use sluice_core::{EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
         let unknown = |category, code: &str, evidence| PaymentEvent {
             failure: Some(Failure {
@@ -367,7 +376,25 @@ mod tests {
             EvidenceSource::SyncResponse,
         );
         assert_eq!(
-            health_of(&CallOutcome::Answered(vec![server_error])),
+            health_of(
+                &CallOutcome::Answered(vec![server_error.clone()]),
+                Operation::Sale
+            ),
+            CallHealth::Unanswered
+        );
+        assert_eq!(
+            health_of(
+                &CallOutcome::Answered(vec![server_error]),
+                Operation::QueryPayment
+            ),
+            CallHealth::Answered
+        );
+        let lost = CallOutcome::Unknown {
+            code: "transport_timeout".into(),
+            message: String::new(),
+        };
+        assert_eq!(
+            health_of(&lost, Operation::QueryPayment),
             CallHealth::Unanswered
         );
         let absent = unknown(
@@ -376,7 +403,10 @@ mod tests {
             EvidenceSource::Query,
         );
         assert_eq!(
-            health_of(&CallOutcome::Answered(vec![absent])),
+            health_of(
+                &CallOutcome::Answered(vec![absent]),
+                Operation::QueryPayment
+            ),
             CallHealth::Answered
         );
         let misconfigured = unknown(
@@ -385,12 +415,15 @@ mod tests {
             EvidenceSource::Query,
         );
         assert_eq!(
-            health_of(&CallOutcome::Answered(vec![misconfigured])),
+            health_of(
+                &CallOutcome::Answered(vec![misconfigured]),
+                Operation::Capture
+            ),
             CallHealth::Answered
         );
         let declined = PaymentEvent::new(EventKind::PaymentFailed, EvidenceSource::SyncResponse);
         assert_eq!(
-            health_of(&CallOutcome::Answered(vec![declined])),
+            health_of(&CallOutcome::Answered(vec![declined]), Operation::Sale),
             CallHealth::Answered
         );
     }

@@ -234,23 +234,24 @@ e2e_test! {
         let every_call = AccountFaults { server_error_every: 1, ..AccountFaults::default() };
         e2e.sandbox.set_account_faults(&psp_name, Some(every_call));
 
-        // A 5xx may have executed: UNKNOWN, never a failover (seed 001 test E).
-        let first = e2e.create("br5-1", 1500, CaptureMode::Automatic, "pm_card_visa").await;
-        assert_eq!(first.status, ClientStatus::Processing);
-        assert_eq!(first.details.attempts.len(), 1);
-        let stuck = first.details.attempts[0].clone();
-        assert_eq!((stuck.state, stuck.connector_account_id.as_str()), (AttemptState::Unknown, failing.id.as_str()));
-        // Its queries meet the same 5xx; every unanswered call feeds the breaker until it opens.
+        // A 5xx may have executed: UNKNOWN, never a failover (seed 001 test
+        // E); each new payment's unanswered call feeds the breaker until it opens.
         let policy = sluice_core::BreakerPolicy::default();
-        for _ in 1..policy.min_calls {
-            e2e.orch.advance(Target::Attempt(stuck.id.clone()), Trigger::Operator).await.unwrap();
+        let mut stuck = Vec::new();
+        for n in 0..policy.min_calls {
+            let view = e2e.create(&format!("br5-{n}"), 1500, CaptureMode::Automatic, "pm_card_visa").await;
+            assert_eq!(view.status, ClientStatus::Processing);
+            assert_eq!(view.details.attempts.len(), 1);
+            let attempt = view.details.attempts[0].clone();
+            assert_eq!((attempt.state, attempt.connector_account_id.as_str()), (AttemptState::Unknown, failing.id.as_str()));
+            stuck.push(attempt);
         }
         let health = e2e.orch.account_health(&e2e.merchant.id, &failing.id).await.unwrap();
         assert_eq!(health.breaker.state.name(), "open", "{health:?}");
         assert_eq!(health.breaker.window_unanswered, health.breaker.window_calls);
 
         // New payments go around it, saying why, and charge once.
-        let around = e2e.create("br5-2", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        let around = e2e.create("br5-around", 1500, CaptureMode::Automatic, "pm_card_visa").await;
         assert_eq!(around.status, ClientStatus::Succeeded);
         assert_eq!(around.details.attempts.len(), 1);
         assert_eq!(around.details.attempts[0].connector_account_id, e2e.account.id);
@@ -261,13 +262,15 @@ e2e_test! {
         // The PSP recovers. Queries were never held back by the breaker: the
         // UNKNOWN converges while it is still open, with one charge.
         e2e.sandbox.set_account_faults(&psp_name, None);
-        e2e.orch.advance(Target::Attempt(stuck.id.clone()), Trigger::Operator).await.unwrap();
-        let converged = e2e.db.store.get_attempt(&stuck.id).await.unwrap();
-        assert_eq!(converged.state, AttemptState::Succeeded);
-        assert_eq!(e2e.sandbox.charge_count(&stuck.reference), 1);
+        for attempt in &stuck[..3] {
+            e2e.orch.advance(Target::Attempt(attempt.id.clone()), Trigger::Operator).await.unwrap();
+            let converged = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
+            assert_eq!(converged.state, AttemptState::Succeeded);
+            assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 1);
+        }
         // After the open time one probe goes to the account and closes the breaker.
         e2e.clock.advance(policy.open_ms);
-        let probe = e2e.create("br5-3", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        let probe = e2e.create("br5-probe", 1500, CaptureMode::Automatic, "pm_card_visa").await;
         assert_eq!(probe.status, ClientStatus::Succeeded);
         assert_eq!(probe.details.attempts[0].connector_account_id, failing.id, "the probe");
         let health = e2e.orch.account_health(&e2e.merchant.id, &failing.id).await.unwrap();
