@@ -36,6 +36,8 @@
 //! - [`explain`]: what happens next to a payment (issue 16): who moves each
 //!   open aggregate, when, with which reference, and the money held, from
 //!   stored facts and the recovery and fulfillment policies.
+//! - [`retry_budget`]: the scanner's retry budget per PSP, a token bucket
+//!   over the caller's clock, and how far a row it refuses is pushed.
 //!
 //! # The one-door rule
 //!
@@ -76,6 +78,7 @@ pub mod matrix;
 pub mod money;
 pub mod projection;
 pub mod recovery;
+pub mod retry_budget;
 pub mod routing;
 pub mod snapshot;
 pub mod state;
@@ -119,6 +122,7 @@ pub use recovery::{
     OutboxRetryPolicy, PendingItem, PendingState, RecoveryAction, RecoveryPolicy, Resend,
     ResendCheck, DEFAULT_AUTHORIZATION_VALIDITY_MS,
 };
+pub use retry_budget::{defer_delay_ms, RetryBudgetPolicy, TokenBucket};
 pub use routing::{
     next_step, plan_route, AttemptFact, FailoverInput, NextStep, PlanEntry, RouteConditions,
     RouteInput, RouteRule, RoutingConfig, RoutingConfigError, RoutingPlan, Stop, WeightedAccount,

@@ -79,6 +79,13 @@ pub enum Action {
     /// A first send that cannot leave closes its aggregate without money
     /// moving; a query that cannot leave changes nothing.
     NotSent { code: String, message: String },
+    /// No PSP call slot of the connector account came free in time
+    /// ([`crate::call_slots`]): nothing was recorded or sent, the aggregate
+    /// is as it was, and whoever advances it next (the scanner) sends it.
+    Shed {
+        operation: Operation,
+        reason: String,
+    },
 }
 
 impl Orchestrator {
@@ -214,6 +221,12 @@ impl Orchestrator {
                 return Ok(not_sent.into());
             }
         };
+        // The slot before the record: a call shed here never left the host
+        // and the attempt stays CREATED, never SUBMITTED without a send.
+        let slot = match self.call_slot(connector, spec.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok(Action::shed(spec.operation, &shed)),
+        };
         let submitted = PaymentEvent {
             attempt_reference: Some(attempt.reference.clone()),
             raw_status: "submitted".into(),
@@ -236,7 +249,7 @@ impl Orchestrator {
             .note_psp_call(PendingKind::Attempt, &attempt.id)
             .await?;
         self.admit_new_attempt(connector).await;
-        self.send(connector, own, &spec, &request, &provenance)
+        self.send(connector, own, &spec, &request, &provenance, slot)
             .await
     }
 
@@ -558,6 +571,10 @@ impl Orchestrator {
         request: &crate::transport::CheckedRequest,
         provenance: &Provenance,
     ) -> Result<Action, OrchestratorError> {
+        let slot = match self.call_slot(connector, spec.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok(Action::shed(spec.operation, &shed)),
+        };
         let sent = PaymentEvent {
             attempt_reference: Some(outgoing.attempt_reference.to_owned()),
             action_reference: Some(outgoing.action_reference.to_owned()),
@@ -575,7 +592,8 @@ impl Orchestrator {
         self.store()
             .note_psp_call(outgoing.kind, outgoing.id)
             .await?;
-        self.send(connector, own, spec, request, provenance).await
+        self.send(connector, own, spec, request, provenance, slot)
+            .await
     }
 
     pub(crate) async fn send(
@@ -585,9 +603,10 @@ impl Orchestrator {
         spec: &OperationSpec,
         request: &crate::transport::CheckedRequest,
         provenance: &Provenance,
+        slot: crate::call_slots::CallSlot,
     ) -> Result<Action, OrchestratorError> {
         let (action, _) = self
-            .send_learning(connector, own, spec, request, provenance)
+            .send_learning(connector, own, spec, request, provenance, slot)
             .await?;
         Ok(action)
     }
@@ -600,8 +619,9 @@ impl Orchestrator {
         spec: &OperationSpec,
         request: &crate::transport::CheckedRequest,
         provenance: &Provenance,
+        slot: crate::call_slots::CallSlot,
     ) -> Result<(Action, Learned), OrchestratorError> {
-        let outcome = self.perform(connector, spec, request).await;
+        let outcome = self.perform(connector, spec, request, slot).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
@@ -644,9 +664,13 @@ impl Orchestrator {
             Ok(request) => request,
             Err(not_sent) => return Ok((not_sent.into(), Learned::default())),
         };
+        let slot = match self.call_slot(connector, spec.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok((Action::shed(spec.operation, &shed), Learned::default())),
+        };
         self.store().note_psp_call(kind, id).await?;
         let provenance = Self::provenance(connector, trigger);
-        let outcome = self.perform(connector, spec, &request).await;
+        let outcome = self.perform(connector, spec, &request, slot).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
@@ -679,6 +703,15 @@ impl From<&call::CallOutcome> for Learned {
             absent: outcome.proves_absence(),
             uncaptured: outcome.shows_uncaptured(),
             psp_payment_reference: outcome.psp_payment_reference(),
+        }
+    }
+}
+
+impl Action {
+    pub(crate) fn shed(operation: Operation, shed: &crate::Shed) -> Action {
+        Action::Shed {
+            operation,
+            reason: shed.to_string(),
         }
     }
 }
@@ -730,6 +763,7 @@ pub(crate) fn attempt_spec(
         return_url: order.return_url.clone(),
         merchant_order_no: order.merchant_order_no.clone(),
         metadata: metadata_pairs(&order.metadata),
+        payment_method_type: attempt.payment_method_type.clone(),
     }
 }
 

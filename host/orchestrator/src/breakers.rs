@@ -51,10 +51,23 @@ pub struct AdapterHealth {
     pub refusal: Option<String>,
 }
 
-/// What one call says about the PSP's health.
-pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
+/// What one call of `operation` says about the PSP's health. An answer the
+/// adapter could only read as "outcome unknown" (a 5xx, a PSP saying it
+/// failed to process) to new work is no answer for the breaker either:
+/// counting it as answered let an account answering 500 to every new
+/// payment keep its breaker closed. A query's such answer stays an answer:
+/// it is about one payment asked again and again on its backoff, and a few
+/// stuck payments would otherwise fill the window and close the account for
+/// everyone (the kill test's permanent-500 payments did); a query with no
+/// answer at all (timeout, connection) still counts as unanswered.
+pub(crate) fn health_of(outcome: &CallOutcome, operation: crate::convert::Operation) -> CallHealth {
+    use crate::convert::Operation;
+    let query = matches!(operation, Operation::QueryPayment | Operation::QueryRefund);
     match outcome {
         CallOutcome::Unknown { .. } => CallHealth::Unanswered,
+        CallOutcome::Answered(events) if !query && events.iter().all(tells_nothing) => {
+            CallHealth::Unanswered
+        }
         CallOutcome::Answered(events) => {
             let refused = events.iter().any(|e| {
                 e.failure
@@ -68,6 +81,20 @@ pub(crate) fn health_of(outcome: &CallOutcome) -> CallHealth {
             }
         }
     }
+}
+
+/// An event that reports no outcome of the PSP's (and is no proof of
+/// absence either).
+fn tells_nothing(event: &sluice_core::PaymentEvent) -> bool {
+    use sluice_core::EventKind;
+    matches!(
+        event.kind,
+        EventKind::ResultUnknown | EventKind::RefundUnknown
+    ) && !event.proves_absence()
+        && event
+            .failure
+            .as_ref()
+            .is_none_or(|f| f.category != sluice_core::FailureCategory::Configuration)
 }
 
 type Map = HashMap<String, (String, Breaker)>;
@@ -195,15 +222,22 @@ impl crate::Orchestrator {
         connector: &crate::call::Connector,
         spec: &crate::convert::OperationSpec,
         request: &crate::transport::CheckedRequest,
+        slot: crate::call_slots::CallSlot,
     ) -> CallOutcome {
-        let outcome =
-            crate::call::perform(self.inner.transport.as_ref(), connector, spec, request).await;
+        let outcome = crate::call::perform(
+            self.inner.transport.as_ref(),
+            connector,
+            spec,
+            request,
+            slot,
+        )
+        .await;
         let adapter = connector.adapter.identity().name.clone();
         let moved = self.inner.breakers.record(
             &connector.account_id,
             &adapter,
             self.now_ms(),
-            health_of(&outcome),
+            health_of(&outcome, spec.operation),
         );
         self.note_transition(&connector.account_id, moved).await;
         outcome
@@ -322,6 +356,76 @@ mod tests {
         for n in 0..policy.min_calls {
             breakers.record(account, adapter, i64::from(n), health);
         }
+    }
+
+    #[test]
+    fn a_5xx_to_new_work_counts_as_unanswered_and_a_querys_5xx_or_not_found_as_answered() {
+        use crate::convert::Operation;
+        use sluice_core::{EventKind, EvidenceSource, Failure, FailureCategory, PaymentEvent};
+        let unknown = |category, code: &str, evidence| PaymentEvent {
+            failure: Some(Failure {
+                category,
+                code: code.into(),
+                message: String::new(),
+            }),
+            ..PaymentEvent::new(EventKind::ResultUnknown, evidence)
+        };
+        let server_error = unknown(
+            FailureCategory::Retryable,
+            "api_error",
+            EvidenceSource::SyncResponse,
+        );
+        assert_eq!(
+            health_of(
+                &CallOutcome::Answered(vec![server_error.clone()]),
+                Operation::Sale
+            ),
+            CallHealth::Unanswered
+        );
+        assert_eq!(
+            health_of(
+                &CallOutcome::Answered(vec![server_error]),
+                Operation::QueryPayment
+            ),
+            CallHealth::Answered
+        );
+        let lost = CallOutcome::Unknown {
+            code: "transport_timeout".into(),
+            message: String::new(),
+        };
+        assert_eq!(
+            health_of(&lost, Operation::QueryPayment),
+            CallHealth::Unanswered
+        );
+        let absent = unknown(
+            FailureCategory::Unknown,
+            sluice_core::NOT_FOUND_CODE,
+            EvidenceSource::Query,
+        );
+        assert_eq!(
+            health_of(
+                &CallOutcome::Answered(vec![absent]),
+                Operation::QueryPayment
+            ),
+            CallHealth::Answered
+        );
+        let misconfigured = unknown(
+            FailureCategory::Configuration,
+            "auth",
+            EvidenceSource::Query,
+        );
+        assert_eq!(
+            health_of(
+                &CallOutcome::Answered(vec![misconfigured]),
+                Operation::Capture
+            ),
+            CallHealth::Answered
+        );
+        let declined = PaymentEvent::new(EventKind::PaymentFailed, EvidenceSource::SyncResponse);
+        assert_eq!(
+            health_of(&CallOutcome::Answered(vec![declined]), Operation::Sale),
+            CallHealth::Answered
+        );
     }
 
     #[test]

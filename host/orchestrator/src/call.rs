@@ -34,6 +34,8 @@ pub(crate) struct Connector {
     /// What recovery may rely on for this connector (re-send window,
     /// authorization validity).
     pub recovery: crate::config::ConnectorRecovery,
+    /// How many PSP calls may be in flight through this account at once.
+    pub limits: crate::CallLimits,
 }
 
 impl std::fmt::Debug for Connector {
@@ -207,23 +209,32 @@ pub(crate) fn with_credentials(
     Ok(request)
 }
 
-/// Perform a checked request and let the adapter interpret the answer.
+/// Perform a checked request and let the adapter interpret the answer. The
+/// account's call slot is held for the HTTP exchange only: parsing the answer
+/// is the adapter bulkhead's business, not the PSP's.
 pub(crate) async fn perform(
     transport: &dyn PspTransport,
     connector: &Connector,
     spec: &OperationSpec,
     request: &CheckedRequest,
+    slot: crate::call_slots::CallSlot,
 ) -> CallOutcome {
     let started = Instant::now();
     let sent = transport.send(request, &connector.budget).await;
+    drop(slot);
     let elapsed = started.elapsed();
     let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-    let adapter = connector.adapter.identity().name.as_str();
-    let operation = spec.operation.as_str();
+    let labels = metrics::CallLabels {
+        adapter: connector.adapter.identity().name.as_str(),
+        account: &connector.account_id,
+        method: metrics::method_label(spec.payment_method_type.as_deref()),
+        operation: spec.operation.as_str(),
+    };
     let response = match sent {
         Ok(response) => response,
         Err(error) => {
-            metrics::observe(adapter, operation, elapsed, "unknown", error.code());
+            metrics::observe(&labels, elapsed, "unknown", error.code());
+            metrics::observe_result(&labels, None);
             tracing::warn!(operation = %spec.operation, elapsed_ms, error = %error,
                 "PSP call got no answer: outcome unknown");
             return CallOutcome::Unknown {
@@ -239,17 +250,12 @@ pub(crate) async fn perform(
         .parse_response(&connector.scope, spec.to_wit(), response)
         .await;
     let outcome = interpret(spec, status, parsed);
-    let label = match outcome {
-        CallOutcome::Answered(_) => "answered",
-        CallOutcome::Unknown { .. } => "unknown",
+    let (label, events) = match &outcome {
+        CallOutcome::Answered(events) => ("answered", Some(events.as_slice())),
+        CallOutcome::Unknown { .. } => ("unknown", None),
     };
-    metrics::observe(
-        adapter,
-        operation,
-        elapsed,
-        label,
-        metrics::status_class(status),
-    );
+    metrics::observe(&labels, elapsed, label, metrics::status_class(status));
+    metrics::observe_result(&labels, events);
     outcome
 }
 
@@ -326,6 +332,7 @@ mod tests {
             return_url: None,
             merchant_order_no: "o-1".into(),
             metadata: vec![],
+            payment_method_type: None,
         }
     }
 

@@ -236,6 +236,12 @@ impl Orchestrator {
                     payment_id: payment_id.to_owned(),
                     connector_account_id: account_id.to_owned(),
                     payment_method_token: options.payment_method_token.clone(),
+                    payment_method_type: Some(
+                        options
+                            .payment_method_type
+                            .clone()
+                            .unwrap_or_else(|| "card".into()),
+                    ),
                     next_retry_time: Some(self.now_ms().saturating_add(window)),
                     route_reason: Some(route_reason),
                     ..NewAttempt::default()
@@ -457,7 +463,11 @@ impl Orchestrator {
             mode: attempt.capture_mode,
         };
         let provenance = Orchestrator::provenance(&connector, Trigger::Scanner);
-        let outcome = self.perform(&connector, &spec, &request).await;
+        let Ok(slot) = self.call_slot(&connector, spec.operation).await else {
+            // Shed (logged and counted): nothing sent; the next scan asks again.
+            return Ok(attempt.state);
+        };
+        let outcome = self.perform(&connector, &spec, &request, slot).await;
         if let Some(code) = outcome.unknown_code() {
             tracing::info!(payment_id, attempt_id, adapter = %attempt.adapter, code,
                 "cancel of an expired customer step has no answer yet; the next scan resends it");

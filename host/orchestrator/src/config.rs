@@ -27,6 +27,10 @@ pub struct OrchestratorConfig {
     /// When a connector account's (or an adapter's) breaker opens and for
     /// how long routing then skips it for new attempts.
     pub breaker: sluice_core::BreakerPolicy,
+    /// PSP calls in flight per connector account, and the share only
+    /// queries may use (a connector account may set its own, see
+    /// [`crate::CallLimits::for_account`]).
+    pub call_limits: crate::CallLimits,
 }
 
 /// What recovery may rely on for one connector: data about the PSP's
@@ -85,6 +89,7 @@ impl Default for OrchestratorConfig {
             inbox: InboxConfig::default(),
             adapter_recovery: BTreeMap::new(),
             breaker: sluice_core::BreakerPolicy::default(),
+            call_limits: crate::CallLimits::default(),
         }
     }
 }

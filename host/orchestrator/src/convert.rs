@@ -230,6 +230,9 @@ pub struct OperationSpec {
     pub return_url: Option<String>,
     pub merchant_order_no: String,
     pub metadata: Vec<(String, String)>,
+    /// The payment method type the attempt was routed for; never sent to
+    /// the adapter, only a label of the PSP call metrics.
+    pub payment_method_type: Option<String>,
 }
 
 impl OperationSpec {
@@ -513,6 +516,7 @@ mod tests {
             return_url: None,
             merchant_order_no: "order-1".into(),
             metadata: vec![("k".into(), "v".into())],
+            payment_method_type: None,
         }
     }
 

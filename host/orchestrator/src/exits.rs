@@ -56,6 +56,10 @@ impl Orchestrator {
             Ok(request) => request,
             Err(not_sent) => return Ok(not_sent.into()),
         };
+        let slot = match self.call_slot(connector, spec.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok(Action::shed(spec.operation, &shed)),
+        };
         let provenance = Self::provenance(connector, trigger);
         let recorded = PaymentEvent {
             attempt_reference: Some(attempt.reference.clone()),
@@ -81,6 +85,7 @@ impl Orchestrator {
             &spec,
             &request,
             &provenance,
+            slot,
         )
         .await
     }
@@ -117,13 +122,17 @@ impl Orchestrator {
             Ok(request) => request,
             Err(not_sent) => return Ok(not_sent.into()),
         };
+        let slot = match self.call_slot(connector, spec.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok(Action::shed(spec.operation, &shed)),
+        };
         tracing::info!(payment_id = %attempt.payment_id, attempt_id = %attempt.id,
             "the PSP still holds an authorization whose void was recorded as sent: sending the same void again");
         self.store()
             .note_psp_call(PendingKind::Attempt, &attempt.id)
             .await?;
         let provenance = Self::provenance(connector, trigger);
-        self.send(connector, own, &spec, &request, &provenance)
+        self.send(connector, own, &spec, &request, &provenance, slot)
             .await
     }
 
@@ -337,12 +346,16 @@ impl Orchestrator {
             Ok(request) => request,
             Err(not_sent) => return Ok(not_sent.into()),
         };
+        let slot = match self.call_slot(connector, absent.resend.operation).await {
+            Ok(slot) => slot,
+            Err(shed) => return Ok(Action::shed(absent.resend.operation, &shed)),
+        };
         tracing::warn!(id = absent.id, operation = ?absent.resend.operation,
             "the PSP has no such object: re-sending the original request with the same idempotency key");
         self.store().note_psp_call(absent.kind, absent.id).await?;
         let provenance = Self::provenance(connector, trigger);
         let (sent, learned) = self
-            .send_learning(connector, own, absent.resend, &request, &provenance)
+            .send_learning(connector, own, absent.resend, &request, &provenance, slot)
             .await?;
         let Action::Sent {
             unknown, decisions, ..

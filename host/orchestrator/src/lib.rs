@@ -13,6 +13,9 @@
 //!   record SUBMITTED / PROCESSING through the store's door first, then send
 //!   with the stable reference as idempotency key; resolve UNKNOWN only by a
 //!   query with the original reference.
+//! - [`call_slots`]: the PSP call bulkhead, a concurrency limit per connector
+//!   account with a share reserved for queries; a call without a slot in time
+//!   is shed before anything is recorded as sent.
 //! - `breakers`: a circuit breaker per connector account, fed by every PSP
 //!   call, and the adapter's health derived from its accounts' breakers;
 //!   asked before routing a new attempt (never before a query).
@@ -31,6 +34,7 @@
 pub mod advance;
 mod breakers;
 mod call;
+pub mod call_slots;
 pub mod commands;
 pub mod config;
 pub mod convert;
@@ -48,6 +52,7 @@ pub mod webhook;
 pub use advance::{Action, Advanced};
 pub use breakers::{AccountHealth, AdapterHealth, BreakerHealth};
 pub use call::NotSent;
+pub use call_slots::{CallLimits, Shed};
 pub use commands::{CaptureView, ConfirmOptions, Created, PaymentView, RefundView};
 pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};
 pub use create::{CreatePayment, RouteRefusal};

@@ -107,6 +107,7 @@ pub(crate) struct Inner {
     /// own timeout).
     pub pull_client: reqwest::Client,
     pub breakers: crate::breakers::Breakers,
+    pub call_slots: crate::call_slots::CallSlots,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -133,6 +134,7 @@ impl Orchestrator {
                 transport,
                 clock,
                 breakers: crate::breakers::Breakers::new(config.breaker),
+                call_slots: crate::call_slots::CallSlots::default(),
                 config,
                 pull_client: reqwest::Client::new(),
             }),
@@ -175,12 +177,14 @@ impl Orchestrator {
             config.adapter_recovery.get(&credentials.adapter),
             &scope.config,
         );
+        let limits = crate::CallLimits::for_account(&config.call_limits, &scope.config);
         Ok(Connector {
             account_id: credentials.connector_account_id,
             adapter,
             scope,
             budget,
             recovery,
+            limits,
         })
     }
 

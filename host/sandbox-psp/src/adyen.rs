@@ -569,7 +569,7 @@ fn validation(code: &str, message: &str) -> Answer {
     Answer::json(422, &error_json(422, code, message, "validation"))
 }
 
-fn server_error() -> Answer {
+pub(crate) fn server_error() -> Answer {
     Answer::json(500, &error_json(500, "000", "Internal error", "internal"))
 }
 

@@ -29,6 +29,8 @@ pub struct App {
     /// Per account (API key, or Adyen merchant account): the decline every
     /// otherwise approved payment gets there.
     pub account_declines: Mutex<std::collections::BTreeMap<String, crate::faults::Decline>>,
+    /// Per account (named as for declines): latency, 5xx, hang.
+    pub account_faults: Mutex<crate::account_faults::FaultMap>,
 }
 
 /// One lookup of a payment (Stripe retrieve or search of a PaymentIntent):

@@ -45,6 +45,11 @@ pub fn routes() -> Router<Arc<App>> {
             "/account_declines/{account}",
             put(set_account_decline).delete(clear_account_decline),
         )
+        .route("/account_faults", get(account_faults))
+        .route(
+            "/account_faults/{account}",
+            put(set_account_faults).delete(clear_account_faults),
+        )
         .route("/settle_pending", post(settle_pending))
         .route("/wait_idle", post(wait_idle))
 }
@@ -221,6 +226,33 @@ async fn clear_account_decline(
     Path(account): Path<String>,
 ) -> Response {
     lock(&app.account_declines).remove(&account);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn account_faults(State(app): State<Arc<App>>) -> Response {
+    Json(lock(&app.account_faults).clone()).into_response()
+}
+
+/// Latency, every Nth call a 500, or a hang for every call at this account
+/// (`crate::account_faults`); the account's call count starts again.
+async fn set_account_faults(
+    State(app): State<Arc<App>>,
+    Path(account): Path<String>,
+    Json(faults): Json<crate::account_faults::AccountFaults>,
+) -> Response {
+    let state = crate::account_faults::AccountFaultState {
+        faults,
+        ..Default::default()
+    };
+    lock(&app.account_faults).insert(account, state);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn clear_account_faults(
+    State(app): State<Arc<App>>,
+    Path(account): Path<String>,
+) -> Response {
+    lock(&app.account_faults).remove(&account);
     StatusCode::NO_CONTENT.into_response()
 }
 

@@ -6,10 +6,12 @@
 //!   Adyen subset under `/adyen` ([`SandboxHandle::base_url_adyen`]).
 //! - `Idempotency-Key` semantics of both PSPs: a replay returns the saved answer and
 //!   never charges twice.
-//! - Fault modes chosen per request by the payment method token (see [`faults`]).
+//! - Fault modes chosen per request by the payment method token (see [`faults`]),
+//!   and per account ([`account_faults`]: latency, every Nth call a 5xx, hang).
 //! - Signed webhooks with configurable duplicates, delay, reordering and retries.
 //! - A control API under `/_sandbox/` mirrored by methods on [`SandboxHandle`].
 
+pub mod account_faults;
 mod adyen;
 mod app;
 pub mod config;
@@ -146,10 +148,21 @@ fn build(
         shutdown,
         queries: Mutex::new(Vec::new()),
         account_declines: Mutex::new(Default::default()),
+        account_faults: Mutex::new(Default::default()),
     });
+    use axum::middleware::from_fn_with_state;
     let router = Router::new()
-        .nest("/stripe", stripe::routes())
-        .nest("/adyen", adyen::routes())
+        .nest(
+            "/stripe",
+            stripe::routes().layer(from_fn_with_state(
+                app.clone(),
+                account_faults::stripe_layer,
+            )),
+        )
+        .nest(
+            "/adyen",
+            adyen::routes().layer(from_fn_with_state(app.clone(), account_faults::adyen_layer)),
+        )
         .nest("/_sandbox", control::routes())
         .with_state(app.clone());
     Ok((app, router))
@@ -282,6 +295,29 @@ impl SandboxHandle {
             Some(decline) => declines.insert(account.to_owned(), decline),
             None => declines.remove(account),
         };
+    }
+
+    /// Latency, every Nth call a 500, or a hang for every call at this
+    /// account (a Stripe-format API key or an Adyen-format merchant
+    /// account), before anything executes; None clears them. Setting them
+    /// restarts the account's call count.
+    pub fn set_account_faults(&self, account: &str, faults: Option<account_faults::AccountFaults>) {
+        let mut all = lock(&self.app.account_faults);
+        match faults {
+            Some(faults) => all.insert(
+                account.to_owned(),
+                account_faults::AccountFaultState {
+                    faults,
+                    ..Default::default()
+                },
+            ),
+            None => all.remove(account),
+        };
+    }
+
+    /// Every account's faults with its call and 500 counts so far.
+    pub fn account_faults(&self) -> BTreeMap<String, account_faults::AccountFaultState> {
+        lock(&self.app.account_faults).clone()
     }
 
     pub fn set_delivery_faults(&self, faults: DeliveryFaults) {

@@ -752,7 +752,7 @@ fn auth_error(message: &str) -> Answer {
     )
 }
 
-fn api_error() -> Answer {
+pub(crate) fn api_error() -> Answer {
     Answer::json(
         500,
         &json!({ "error": error_body("api_error", "", "An unknown error occurred.", None) }),

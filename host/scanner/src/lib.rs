@@ -25,8 +25,13 @@
 //!
 //! Bounds: rows per page, a per-adapter concurrency limit, a budget of PSP
 //! contacts per round overall and per adapter (rows over budget stay due
-//! and come first next round), so an outage at one PSP neither floods it
-//! when it recovers nor starves the others.
+//! and come first next round), and a retry budget per adapter over time
+//! (a token bucket on the environment's clock, [`sluice_core::TokenBucket`]:
+//! a row it refuses stays in the pending set, its next look pushed by its
+//! place in the queue plus jitter from the environment's entropy), so an
+//! outage at one PSP neither floods it when it recovers (seed 000 §15) nor
+//! starves the others. A call the orchestrator sheds for want of a PSP call
+//! slot ([`Action::Shed`]) is pushed the same way, without counting a query.
 //!
 //! Several instances: a row is worked only under a lease (table
 //! `scanner_leases`, one atomic upsert on both backends), and re-read after
@@ -45,7 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::{decide_recovery, AttemptState, OrderCommand, PendingState, RecoveryAction};
-use sluice_core::{OrderState, RecoveryPolicy};
+use sluice_core::{defer_delay_ms, OrderState, RecoveryPolicy, RetryBudgetPolicy, TokenBucket};
 use sluice_orchestrator::{Action, Orchestrator, Trigger};
 use sluice_store::{DecisionKind, PendingKind, Provenance, ScanCursor, StoreError};
 use tokio::sync::{watch, Semaphore};
@@ -78,6 +83,8 @@ pub struct ScannerConfig {
     /// a live holder never loses it mid-call.
     pub lease: Duration,
     pub policy: RecoveryPolicy,
+    /// PSP contacts per adapter over time, across rounds (a token bucket).
+    pub retry_budget: RetryBudgetPolicy,
 }
 
 impl Default for ScannerConfig {
@@ -90,6 +97,7 @@ impl Default for ScannerConfig {
             round_interval: Duration::from_secs(5),
             lease: Duration::from_secs(60),
             policy: RecoveryPolicy::default(),
+            retry_budget: RetryBudgetPolicy::default(),
         }
     }
 }
@@ -123,6 +131,12 @@ pub struct ScanReport {
     pub parked: u64,
     /// Rows left due because the round's or the adapter's budget was spent.
     pub skipped_budget: u64,
+    /// Rows the adapter's retry budget refused: their next look pushed out
+    /// (by their place in the queue, with jitter), still pending.
+    pub deferred_budget: u64,
+    /// PSP calls the orchestrator shed for want of a call slot: nothing was
+    /// sent; the row's next look pushed out with jitter.
+    pub shed: u64,
     /// Rows another instance held the lease on.
     pub skipped_claimed: u64,
     /// Rows no longer due when re-read under the lease.
@@ -183,6 +197,8 @@ struct Inner {
     leases: Leases,
     /// Per-adapter concurrency limits, kept across rounds.
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Per-adapter retry budgets, kept across rounds.
+    budgets: Mutex<HashMap<String, TokenBucket>>,
     metrics: Option<Metrics>,
 }
 
@@ -229,6 +245,7 @@ impl Scanner {
                 config,
                 leases,
                 limits: Mutex::new(HashMap::new()),
+                budgets: Mutex::new(HashMap::new()),
                 metrics,
             }),
         })
@@ -378,6 +395,10 @@ impl Scanner {
             round.report.skipped_budget += 1;
             return;
         }
+        if !self.take_retry_token(&due.adapter, now) {
+            self.defer_over_budget(&due, now, round).await;
+            return;
+        }
         *used += 1;
         round.report.hits += 1;
         round.contacts += 1;
@@ -400,6 +421,42 @@ impl Scanner {
             }
             .instrument(span),
         );
+    }
+
+    /// One token of the adapter's retry budget, if it has one at `now`.
+    fn take_retry_token(&self, adapter: &str, now: i64) -> bool {
+        let mut budgets = match self.inner.budgets.lock() {
+            Ok(guard) => guard,
+            // Buckets are plain values updated in place: a panic elsewhere
+            // cannot leave one inconsistent.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let policy = self.inner.config.retry_budget;
+        budgets
+            .entry(adapter.to_owned())
+            .or_insert_with(|| TokenBucket::new(policy, now))
+            .try_take(now)
+    }
+
+    /// The retry budget refused a row: it stays pending, its next look
+    /// pushed by how many of the adapter's rows it refused before it this
+    /// round, plus jitter, so the backlog returns at about the budget's rate
+    /// and never all at once. Nothing is counted as a query.
+    async fn defer_over_budget(&self, due: &Due, now: i64, round: &mut Round) {
+        let queued = round.deferred.entry(due.adapter.clone()).or_default();
+        *queued = queued.saturating_add(1);
+        let jitter = self.inner.orch.store().env().entropy.unit();
+        let delay = defer_delay_ms(*queued, &self.inner.config.retry_budget, jitter);
+        round.report.deferred_budget += 1;
+        if let Some(metrics) = &self.inner.metrics {
+            metrics.deferred(&due.adapter);
+        }
+        let store = self.inner.orch.store();
+        if let Err(error) = due::set_next_look(store, due, Some(now.saturating_add(delay))).await {
+            tracing::warn!(error = %error, payment_id = %due.payment_id, id = %due.id,
+                "scanner could not push a row over the retry budget; it stays due");
+            round.report.errors += 1;
+        }
     }
 
     fn limit(&self, adapter: &str) -> Arc<Semaphore> {
@@ -561,7 +618,9 @@ impl Scanner {
         let advanced = orch.advance(due.target(), Trigger::Scanner).await?;
         let after = due::load(orch.store(), due.kind, &due.id).await?;
         let converged = after.state.is_terminal();
-        if !converged {
+        if matches!(advanced.action, Action::Shed { .. }) {
+            self.push_after_shed(&after).await?;
+        } else if !converged {
             self.schedule_after_query(&after, delay_ms).await?;
         }
         Ok(ItemOutcome::Advanced {
@@ -569,6 +628,20 @@ impl Scanner {
             state_after: advanced.state_after,
             converged,
         })
+    }
+
+    /// Nothing left the host: the next look a round interval or so later,
+    /// jittered, without counting a query or restarting the backoff.
+    async fn push_after_shed(&self, after: &Due) -> Result<(), ScannerError> {
+        let store = self.inner.orch.store();
+        let round_ms =
+            i64::try_from(self.inner.config.round_interval.as_millis()).unwrap_or(i64::MAX);
+        let jitter = store.env().entropy.unit();
+        let delay = round_ms
+            .saturating_add((round_ms as f64 * jitter) as i64)
+            .max(1);
+        due::set_next_look(store, after, Some(store.now_ms().saturating_add(delay))).await?;
+        Ok(())
     }
 
     /// A row still pending after a PSP contact: count the query and push the
@@ -699,6 +772,8 @@ struct Round {
     /// Rows handed to a PSP-contacting task this round.
     contacts: u32,
     per_adapter: HashMap<String, u32>,
+    /// Rows the retry budget refused this round, per adapter.
+    deferred: HashMap<String, u32>,
 }
 
 impl Round {
@@ -713,6 +788,9 @@ impl ScanReport {
             ItemOutcome::Advanced {
                 action, converged, ..
             } => {
+                if matches!(action, Action::Shed { .. }) {
+                    self.shed += 1;
+                }
                 if matches!(
                     action,
                     Action::Queried { .. } | Action::Sent { .. } | Action::Resent { .. }

@@ -13,6 +13,7 @@ pub(crate) struct Metrics {
     last_round_hits: IntGauge,
     outcomes: IntCounterVec,
     queries: IntCounterVec,
+    deferred: IntCounterVec,
     fulfillment_alerts: IntCounter,
 }
 
@@ -46,6 +47,14 @@ impl Metrics {
                 ),
                 &["adapter"],
             )?,
+            deferred: IntCounterVec::new(
+                Opts::new(
+                    "sluice_scanner_retry_budget_deferred_total",
+                    "Due rows the adapter's retry budget refused: their next look pushed \
+                     out with jitter, still pending, per adapter",
+                ),
+                &["adapter"],
+            )?,
             fulfillment_alerts: IntCounter::new(
                 "sluice_fulfillment_contradictory_facts_total",
                 "Business facts that contradicted a fulfillment (automation frozen, manual review)",
@@ -58,6 +67,7 @@ impl Metrics {
         registry.register(Box::new(metrics.last_round_hits.clone()))?;
         registry.register(Box::new(metrics.outcomes.clone()))?;
         registry.register(Box::new(metrics.queries.clone()))?;
+        registry.register(Box::new(metrics.deferred.clone()))?;
         Ok(metrics)
     }
 
@@ -67,6 +77,10 @@ impl Metrics {
 
     pub(crate) fn query(&self, adapter: &str) {
         self.queries.with_label_values(&[adapter]).inc();
+    }
+
+    pub(crate) fn deferred(&self, adapter: &str) {
+        self.deferred.with_label_values(&[adapter]).inc();
     }
 
     pub(crate) fn round(&self, report: &ScanReport) {
@@ -85,6 +99,8 @@ impl Metrics {
             ("not_yet", report.not_yet),
             ("parked", report.parked),
             ("skipped_budget", report.skipped_budget),
+            ("deferred_budget", report.deferred_budget),
+            ("shed", report.shed),
             ("skipped_claimed", report.skipped_claimed),
             ("skipped_stale", report.skipped_stale),
             ("fulfillment_checked", report.fulfillment_checks),

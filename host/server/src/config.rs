@@ -180,6 +180,11 @@ pub struct WorkerTimings {
     /// How long a scanner instance holds a row it works on (a crashed
     /// holder's lease lapses after this).
     pub scanner_lease_ms: Option<u64>,
+    /// The scanner's retry budget per adapter: contacts at once after a
+    /// quiet time (not milliseconds: a count).
+    pub scanner_retry_burst: Option<u32>,
+    /// ... and contacts per second sustained (a count per second).
+    pub scanner_retry_per_second: Option<u32>,
     /// A SUBMITTED attempt, capture or refund with no answer for this long is queried.
     pub submitted_timeout_ms: Option<u64>,
     /// A PSP that said "processing" is asked again after this long.

@@ -277,6 +277,12 @@ fn scanner_config(timings: &WorkerTimings) -> ScannerConfig {
     if let Some(lease) = millis(timings.scanner_lease_ms) {
         config.lease = lease;
     }
+    let budget = &mut config.retry_budget;
+    budget.burst = timings.scanner_retry_burst.unwrap_or(budget.burst).max(1);
+    budget.per_second = timings
+        .scanner_retry_per_second
+        .unwrap_or(budget.per_second)
+        .max(1);
     let policy = &mut config.policy;
     let ms = |value: Option<u64>, default: i64| {
         value.map_or(default, |v| i64::try_from(v).unwrap_or(i64::MAX))

@@ -82,6 +82,9 @@ pub struct PaymentAttempt {
     pub amount: Money,
     pub capture_mode: CaptureMode,
     pub payment_method_token: Option<String>,
+    /// The payment method type it was routed for (`card`, ...; None before
+    /// migration 0017): a label of the PSP call metrics.
+    pub payment_method_type: Option<String>,
     pub state: AttemptState,
     pub version: i64,
     pub next_retry_time: Option<i64>,
@@ -176,6 +179,8 @@ pub struct NewAttempt {
     pub connector_account_id: String,
     /// Defaults to the order's token.
     pub payment_method_token: Option<String>,
+    /// The payment method type routing used (`card`, ...).
+    pub payment_method_type: Option<String>,
     pub timeout_at: Option<i64>,
     pub expires_at: Option<i64>,
     /// When the recovery scanner should first look at the attempt.
@@ -209,7 +214,7 @@ pub(crate) const AMOUNT_COLS: &str = "currency, amount_minor, authorized_minor, 
     capture_reserved_minor, captured_minor, refund_reserved_minor, refunded_minor";
 pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, adapter, \
     connector_account_id, psp_reference, amount_minor, currency, capture_mode, payment_method_token, \
-    state, version, next_retry_time, retry_count, last_psp_call_at, timeout_at, expires_at, \
+    payment_method_type, state, version, next_retry_time, retry_count, last_psp_call_at, timeout_at, expires_at, \
     last_event_identity, \
     next_action_url, failure_code, failure_category, failure_message, authorized_at, \
     void_requested_at, created_at, updated_at";
@@ -313,6 +318,7 @@ pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
         amount: money(row, T)?,
         capture_mode: parsed(row, T, "capture_mode", CaptureMode::parse)?,
         payment_method_token: opt_text(row, "payment_method_token")?,
+        payment_method_type: opt_text(row, "payment_method_type")?,
         state: parsed(row, T, "state", AttemptState::parse)?,
         version: int(row, "version")?,
         next_retry_time: opt_int(row, "next_retry_time")?,
@@ -730,6 +736,7 @@ impl Store {
                 .payment_method_token
                 .clone()
                 .or_else(|| order.payment_method_token.clone()),
+            payment_method_type: new.payment_method_type.clone(),
             state: AttemptState::Created,
             version: 0,
             next_retry_time: new.next_retry_time,
@@ -1280,8 +1287,9 @@ async fn insert_attempt(tx: &mut Tx, a: &PaymentAttempt) -> Result<(), StoreErro
     sqlx::query(
         "INSERT INTO payment_attempts (id, payment_id, attempt_no, reference, adapter, \
             connector_account_id, amount_minor, currency, capture_mode, payment_method_token, \
-            state, version, next_retry_time, retry_count, timeout_at, expires_at, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15, $16, $16)",
+            state, version, next_retry_time, retry_count, timeout_at, expires_at, created_at, updated_at, \
+            payment_method_type) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15, $16, $16, $17)",
     )
     .bind(&a.id)
     .bind(&a.payment_id)
@@ -1299,6 +1307,7 @@ async fn insert_attempt(tx: &mut Tx, a: &PaymentAttempt) -> Result<(), StoreErro
     .bind(a.timeout_at)
     .bind(a.expires_at)
     .bind(a.created_at)
+    .bind(a.payment_method_type.as_deref())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -218,3 +218,65 @@ e2e_test! {
         assert_eq!(back.details.attempts[0].connector_account_id, e2e.account.id);
     }
 }
+
+e2e_test! {
+    async fn an_account_failing_with_5xx_opens_its_breaker_routing_goes_around_it_and_a_probe_closes_it(e2e) {
+        use sluice_orchestrator::{Target, Trigger};
+        use sluice_sandbox_psp::account_faults::AccountFaults;
+        e2e.webhooks_off();
+        let (failing, psp_name) = e2e.another_account("Failing", None).await;
+        // Within the PSP's key retention a query proving absence re-sends
+        // the original with the same key, so the UNKNOWN converges later.
+        let mut config = failing.config.clone();
+        config["resend_window_ms"] = serde_json::json!("3600000");
+        e2e.db.store.update_connector_account(&failing.id, Some(&config), None, None).await.unwrap();
+        e2e.route_in_order(&[&failing, &e2e.account]).await;
+        let every_call = AccountFaults { server_error_every: 1, ..AccountFaults::default() };
+        e2e.sandbox.set_account_faults(&psp_name, Some(every_call));
+
+        // A 5xx may have executed: UNKNOWN, never a failover (seed 001 test
+        // E); each new payment's unanswered call feeds the breaker until it opens.
+        let policy = sluice_core::BreakerPolicy::default();
+        let mut stuck = Vec::new();
+        for n in 0..policy.min_calls {
+            let view = e2e.create(&format!("br5-{n}"), 1500, CaptureMode::Automatic, "pm_card_visa").await;
+            assert_eq!(view.status, ClientStatus::Processing);
+            assert_eq!(view.details.attempts.len(), 1);
+            let attempt = view.details.attempts[0].clone();
+            assert_eq!((attempt.state, attempt.connector_account_id.as_str()), (AttemptState::Unknown, failing.id.as_str()));
+            stuck.push(attempt);
+        }
+        let health = e2e.orch.account_health(&e2e.merchant.id, &failing.id).await.unwrap();
+        assert_eq!(health.breaker.state.name(), "open", "{health:?}");
+        assert_eq!(health.breaker.window_unanswered, health.breaker.window_calls);
+
+        // New payments go around it, saying why, and charge once.
+        let around = e2e.create("br5-around", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(around.status, ClientStatus::Succeeded);
+        assert_eq!(around.details.attempts.len(), 1);
+        assert_eq!(around.details.attempts[0].connector_account_id, e2e.account.id);
+        let reasons = route_reasons(&e2e, &around).await;
+        assert!(reasons[0].contains(&failing.id) && reasons[0].contains("breaker open"), "{reasons:?}");
+        assert_eq!(e2e.sandbox.charge_count(&around.details.attempts[0].reference), 1);
+
+        // The PSP recovers. Queries were never held back by the breaker: the
+        // UNKNOWN converges while it is still open, with one charge.
+        e2e.sandbox.set_account_faults(&psp_name, None);
+        for attempt in &stuck[..3] {
+            e2e.orch.advance(Target::Attempt(attempt.id.clone()), Trigger::Operator).await.unwrap();
+            let converged = e2e.db.store.get_attempt(&attempt.id).await.unwrap();
+            assert_eq!(converged.state, AttemptState::Succeeded);
+            assert_eq!(e2e.sandbox.charge_count(&attempt.reference), 1);
+        }
+        // After the open time one probe goes to the account and closes the breaker.
+        e2e.clock.advance(policy.open_ms);
+        let probe = e2e.create("br5-probe", 1500, CaptureMode::Automatic, "pm_card_visa").await;
+        assert_eq!(probe.status, ClientStatus::Succeeded);
+        assert_eq!(probe.details.attempts[0].connector_account_id, failing.id, "the probe");
+        let health = e2e.orch.account_health(&e2e.merchant.id, &failing.id).await.unwrap();
+        assert_eq!(health.breaker.state.name(), "closed");
+        let moves: Vec<&str> = health.history.iter().rev().map(|e| e.detail.as_str()).collect();
+        assert!(moves[0].starts_with("closed -> open"), "{moves:?}");
+        assert!(moves.last().is_some_and(|m| m.contains("half_open -> closed")), "{moves:?}");
+    }
+}

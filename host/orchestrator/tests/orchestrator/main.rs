@@ -6,6 +6,7 @@ extern crate sluice_test_support;
 
 mod common;
 
+mod call_slots;
 mod exfiltration;
 mod failover;
 mod money;

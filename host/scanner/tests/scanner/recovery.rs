@@ -615,3 +615,57 @@ dual_test! {
         assert_eq!(escalations(&h, &payment_id).await, (1, 1));
     }
 }
+
+dual_test! {
+    async fn after_an_outage_the_retry_budget_paces_recovery_and_pushes_the_rest_out_with_jitter_never_dropping_a_row(db) {
+        let h = Harness::new(db).await;
+        let mut attempts = Vec::new();
+        for n in 0..6 {
+            let attempt = submitted_by_a_killed_process(&h, &format!("o-retry-{n}")).await;
+            h.psp.seed_payment(&attempt.reference, 1000, "EUR", "succeeded");
+            attempts.push(attempt);
+        }
+        let mut config = scanner_config(fast_policy(100));
+        config.retry_budget = sluice_core::RetryBudgetPolicy { burst: 2, per_second: 1, max_defer_ms: 60_000 };
+        let scanner = Scanner::new(h.orch.clone(), config).unwrap();
+        h.db.clock.advance(120);
+
+        // Six rows due at once after the outage: the budget lets two reach the PSP.
+        let before = h.store().now_ms();
+        let first = scanner.scan_once().await.unwrap();
+        assert_eq!((first.scanned, first.queried, first.deferred_budget), (6, 2, 4), "{first:?}");
+        // The other four stay pending, each pushed out by its place in the
+        // queue at the budget's rate (1 s, 2 s, ...) plus jitter: no two together.
+        let mut pushed = Vec::new();
+        for attempt in &attempts {
+            let after = h.store().get_attempt(&attempt.id).await.unwrap();
+            if after.state == AttemptState::Succeeded {
+                continue;
+            }
+            assert_eq!(after.state, AttemptState::Submitted);
+            assert_eq!(after.retry_count, attempt.retry_count, "a deferral is not a query");
+            let look = after.next_retry_time.expect("still in the pending set");
+            pushed.push(look - before);
+        }
+        pushed.sort_unstable();
+        assert_eq!(pushed.len(), 4, "{pushed:?}");
+        assert!(pushed[0] >= 1_000 && pushed[3] < 8_000 + 1_000, "{pushed:?}");
+        pushed.dedup();
+        assert_eq!(pushed.len(), 4, "spread, not one moment: {pushed:?}");
+        // Right after, no second flood: nothing is due.
+        let again = scanner.scan_once().await.unwrap();
+        assert_eq!((again.scanned, again.queried), (0, 0), "{again:?}");
+
+        // As time passes the budget refills and every row converges, each
+        // queried exactly once.
+        for _ in 0..5 {
+            h.db.clock.advance(8_000);
+            scanner.scan_once().await.unwrap();
+        }
+        for attempt in &attempts {
+            let after = h.store().get_attempt(&attempt.id).await.unwrap();
+            assert_eq!(after.state, AttemptState::Succeeded, "{}", attempt.id);
+            assert_eq!(h.psp.queries_for(&attempt.reference), 1);
+        }
+    }
+}

@@ -17,6 +17,16 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|value| value.parse().ok())
 }
 
+/// The sum of every sample of `name` whose labels include all of `labels`
+/// (`key="value"` pairs, in any order among the others).
+fn sum_with(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .filter(|line| labels.iter().all(|l| line.contains(l)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 async fn pay(http: &reqwest::Client, base: &str, key: &str, body: Value) -> Value {
     let response = http
         .post(format!("{base}/v1/payments"))
@@ -136,14 +146,26 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
     );
     assert!(get(r#"sluice_pending_oldest_age_seconds{aggregate="order",state="CREATED"}"#) >= 0.0);
     assert_eq!(get("sluice_manual_review_payments"), 1.0);
+    // Per adapter, connector account and payment method (seed 001 §11).
+    let sale = [
+        r#"adapter="stripe""#,
+        r#"operation="sale""#,
+        r#"payment_method="card""#,
+        "connector_account=\"",
+    ];
+    let answered = [&sale[..], &[r#"outcome="answered""#, r#"reason="2xx""#]].concat();
     assert!(
-        get(
-            r#"sluice_psp_calls_total{adapter="stripe",operation="sale",outcome="answered",reason="2xx"}"#
-        ) >= 2.0,
+        sum_with(&text, "sluice_psp_calls_total", &answered) >= 2.0,
         "{text}"
     );
     assert!(
-        get(r#"sluice_psp_call_duration_seconds_count{adapter="stripe",operation="sale"}"#) >= 2.0
+        sum_with(&text, "sluice_psp_call_duration_seconds_count", &sale) >= 2.0,
+        "{text}"
+    );
+    let succeeded = [&sale[..], &[r#"result="PAYMENT_SUCCEEDED""#]].concat();
+    assert!(
+        sum_with(&text, "sluice_psp_results_total", &succeeded) >= 1.0,
+        "{text}"
     );
     assert!(get("sluice_cas_conflicts_total") >= 0.0);
     assert!(get(r#"sluice_inbox_backlog{status="failed"}"#) >= 0.0);

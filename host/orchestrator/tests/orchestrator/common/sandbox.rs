@@ -370,24 +370,7 @@ impl E2e {
         mode: CaptureMode,
         token: &str,
     ) -> PaymentView {
-        self.orch
-            .create_payment(
-                &self.merchant.id,
-                CreatePayment {
-                    merchant_order_no: order_no.into(),
-                    amount: eur(amount),
-                    capture_mode: mode,
-                    payment_method_token: Some(token.into()),
-                    return_url: Some("https://shop.example/return".into()),
-                    description: None,
-                    metadata: serde_json::json!({}),
-                    fulfillment: Default::default(),
-                    confirm: Some(ConfirmOptions::default()),
-                },
-            )
-            .await
-            .expect("create and confirm")
-            .view
+        create_payment(&self.orch, &self.merchant.id, order_no, amount, mode, token).await
     }
 
     pub async fn view(&self, payment_id: &str) -> PaymentView {
@@ -419,6 +402,35 @@ impl E2e {
         }
         panic!("the inbox never drained");
     }
+}
+
+/// Create and confirm a payment of `merchant` (routed by its configuration)
+/// and return the view the merchant gets.
+pub async fn create_payment(
+    orch: &Orchestrator,
+    merchant_id: &str,
+    order_no: &str,
+    amount: i64,
+    mode: CaptureMode,
+    token: &str,
+) -> PaymentView {
+    orch.create_payment(
+        merchant_id,
+        CreatePayment {
+            merchant_order_no: order_no.into(),
+            amount: eur(amount),
+            capture_mode: mode,
+            payment_method_token: Some(token.into()),
+            return_url: Some("https://shop.example/return".into()),
+            description: None,
+            metadata: serde_json::json!({}),
+            fulfillment: Default::default(),
+            confirm: Some(ConfirmOptions::default()),
+        },
+    )
+    .await
+    .expect("create and confirm")
+    .view
 }
 
 /// What the HTTP layer does with a webhook: hand the raw request to the

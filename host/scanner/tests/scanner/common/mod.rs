@@ -57,6 +57,7 @@ pub fn scanner_config(policy: RecoveryPolicy) -> ScannerConfig {
         round_interval: Duration::from_millis(50),
         lease: Duration::from_secs(10),
         policy,
+        retry_budget: sluice_core::RetryBudgetPolicy::default(),
     }
 }
 
