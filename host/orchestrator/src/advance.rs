@@ -301,51 +301,7 @@ impl Orchestrator {
         let provenance = Self::provenance(&connector, trigger);
         match capture.state {
             CaptureState::Created => {
-                let spec = action_spec(
-                    Operation::Capture,
-                    &attempt,
-                    &order,
-                    &capture.reference,
-                    capture.amount,
-                    None,
-                );
-                let request = match call::prepare(&connector, &spec).await? {
-                    Ok(request) => request,
-                    Err(not_sent) => {
-                        // The capture definitively did not happen: release its
-                        // reservation. (A capture has no CANCELED state.)
-                        let event = PaymentEvent {
-                            attempt_reference: Some(attempt.reference.clone()),
-                            action_reference: Some(capture.reference.clone()),
-                            raw_status: "not_sent".into(),
-                            failure: Some(Failure {
-                                category: FailureCategory::Declined,
-                                ..not_sent_failure(&not_sent)
-                            }),
-                            ..PaymentEvent::new(
-                                EventKind::CaptureFailed,
-                                EvidenceSource::SyncResponse,
-                            )
-                        };
-                        self.apply_host_event(
-                            EventTarget::Capture(capture.reference.clone()),
-                            event,
-                            &provenance,
-                            None,
-                        )
-                        .await?;
-                        return Ok(not_sent.into());
-                    }
-                };
-                let outgoing = Outgoing {
-                    kind: PendingKind::Capture,
-                    id: &capture.id,
-                    target: EventTarget::Capture(capture.reference.clone()),
-                    sent_kind: EventKind::AttemptSubmitted,
-                    attempt_reference: &attempt.reference,
-                    action_reference: &capture.reference,
-                };
-                self.record_then_send(outgoing, &connector, &own, &spec, &request, &provenance)
+                self.send_capture(capture, &attempt, &order, &connector, &provenance)
                     .await
             }
             CaptureState::Processing
@@ -364,6 +320,66 @@ impl Orchestrator {
                     .await
             }
         }
+    }
+
+    /// Send a reserved capture: recorded as sent through the door first; one
+    /// the host refuses to send definitively did not happen, so its
+    /// reservation is released (a capture has no CANCELED state).
+    async fn send_capture(
+        &self,
+        capture: &Capture,
+        attempt: &PaymentAttempt,
+        order: &PaymentOrder,
+        connector: &Connector,
+        provenance: &Provenance,
+    ) -> Result<Action, OrchestratorError> {
+        let own = OwnAggregate::Capture {
+            reference: capture.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let spec = action_spec(
+            Operation::Capture,
+            attempt,
+            order,
+            &capture.reference,
+            capture.amount,
+            None,
+        );
+        let request = match call::prepare(connector, &spec).await? {
+            Ok(request) => request,
+            Err(not_sent) => {
+                // The capture definitively did not happen: release its
+                // reservation. (A capture has no CANCELED state.)
+                let event = PaymentEvent {
+                    attempt_reference: Some(attempt.reference.clone()),
+                    action_reference: Some(capture.reference.clone()),
+                    raw_status: "not_sent".into(),
+                    failure: Some(Failure {
+                        category: FailureCategory::Declined,
+                        ..not_sent_failure(&not_sent)
+                    }),
+                    ..PaymentEvent::new(EventKind::CaptureFailed, EvidenceSource::SyncResponse)
+                };
+                self.apply_host_event(
+                    EventTarget::Capture(capture.reference.clone()),
+                    event,
+                    provenance,
+                    None,
+                )
+                .await?;
+                return Ok(not_sent.into());
+            }
+        };
+        let outgoing = Outgoing {
+            kind: PendingKind::Capture,
+            id: &capture.id,
+            target: EventTarget::Capture(capture.reference.clone()),
+            sent_kind: EventKind::AttemptSubmitted,
+            attempt_reference: &attempt.reference,
+            action_reference: &capture.reference,
+        };
+        self.record_then_send(outgoing, connector, &own, &spec, &request, provenance)
+            .await
     }
 
     async fn advance_refund(
