@@ -65,7 +65,7 @@ pub struct KitOptions {
 /// One run of the kit: the loaded component, the account its calls serve and
 /// everything it returned so far (for the secrets scan).
 pub(crate) struct Kit {
-    pub handle: Option<AdapterHandle>,
+    pub handle: AdapterHandle,
     pub account: AccountFile,
     pub scope: ConnectorAccountScope,
     pub fixtures: Vec<Fixture>,
@@ -87,30 +87,34 @@ pub async fn run(options: &KitOptions) -> Result<Report, KitError> {
     let runtime = runtime(&clock)?;
     let log = scan::LogCapture::global();
     let log_mark = log.as_ref().map_or(0, scan::LogCapture::mark);
+    let mut report = Report::new(component_name(&options.wasm));
+    let started = Instant::now();
+    let loaded = load(&runtime, &options.wasm, &wasm, options.limits);
+    report.push(Case {
+        suite: "standard".into(),
+        name: "the component loads as a psp-adapter".into(),
+        outcome: match &loaded {
+            Ok(_) => Outcome::Passed,
+            Err(e) => Outcome::Failed(e.to_string()),
+        },
+        elapsed: started.elapsed(),
+    });
+    let Ok(handle) = loaded else {
+        return Ok(report);
+    };
     let mut kit = Kit {
-        handle: None,
+        handle,
         scope: account.scope(),
         account,
         fixtures,
         clock,
         outputs: Vec::new(),
-        report: Report::new(component_name(&options.wasm)),
+        report,
     };
-    let started = Instant::now();
-    let loaded = load(&runtime, &options.wasm, &wasm, options.limits);
-    kit.record(
-        "standard",
-        "the component loads as a psp-adapter",
-        started,
-        loaded.as_ref().map(|_| ()).map_err(ToString::to_string),
-    );
-    if let Ok(handle) = loaded {
-        kit.handle = Some(handle);
-        standard::run(&mut kit).await;
-        kit.run_fixtures().await;
-        let logged = log.as_ref().map(|l| l.since(log_mark));
-        standard::no_leaks(&mut kit, logged);
-    }
+    standard::run(&mut kit).await;
+    kit.run_fixtures().await;
+    let logged = log.as_ref().map(|l| l.since(log_mark));
+    standard::no_leaks(&mut kit, logged);
     Ok(kit.report)
 }
 
@@ -160,12 +164,9 @@ fn load(
 }
 
 impl Kit {
-    /// The loaded component; `run` only calls the suites once it loaded.
+    /// The loaded component.
     pub fn adapter(&self) -> &AdapterHandle {
-        // Invariant: the suites run only after `load` succeeded (see `run`).
-        self.handle
-            .as_ref()
-            .expect("suites run only on a loaded component")
+        &self.handle
     }
 
     pub fn record(
