@@ -43,6 +43,20 @@ pub fn adapter_bytes(name: &str) -> Vec<u8> {
     })
 }
 
+/// The second, misbehaving version of `test-well-behaved` (its `variant` feature:
+/// `adapters/test-well-behaved/src/variant.rs`), built by `cargo xtask build-adapters`
+/// into `variants/`. It describes itself as `test-well-behaved` too.
+pub fn well_behaved_variant_bytes() -> Vec<u8> {
+    let path = adapters_dir().join("variants/test-well-behaved-variant.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read the adapter variant {} ({e}). Build the adapters first: \
+             `cargo xtask build-adapters`",
+            path.display()
+        )
+    })
+}
+
 /// One compile cache per test binary, so each component compiles once.
 pub fn cache_dir() -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();

@@ -10,6 +10,9 @@
 //!   (copied to `<target>/demo-adapters/`; the misbehaving `adapters/test-*` stay out).
 //! - `sim [args...]`: build the adapters, then run the deterministic simulator
 //!   (`sluice-sim`; `--seed S` replays one seed with its trace).
+//! - `new-adapter NAME [--from TEMPLATE]`: a new adapter crate copied from a working one.
+
+mod new_adapter;
 
 use std::env;
 use std::ffi::OsString;
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&rest),
         Some("sim") => sim(&rest),
         Some("sim-mutants") => sim_mutants(&rest),
+        Some("new-adapter") => new_adapter(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -70,10 +74,33 @@ commands:
                      worktree and show whether the simulator catches it within N seeds
                      (default 200), and at which seed
   build-adapters     build every crate under adapters/ into <target>/adapters/<name>.wasm
+  new-adapter NAME [--from TEMPLATE]
+                     create adapters/NAME from a working adapter (default: stripe) under
+                     the new name; it builds and passes the conformance kit as it is,
+                     then you replace its wire format (docs/adapters.md)
 
 environment:
   SLUICE_TEST_DATABASE_URL   PostgreSQL for the tests (default postgres://postgres@127.0.0.1:5432/postgres)
   CARGO_TARGET_DIR           respected for all builds and for <target>/adapters";
+
+fn new_adapter(args: &[OsString]) -> Result<()> {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let new = new_adapter::NewAdapter::parse(&args)?;
+    let dir = new_adapter::create(&workspace_root().join("adapters"), &new)?;
+    println!(
+        "created {} from adapters/{}\n\nnext:\n  cargo xtask build-adapters\n  \
+         cargo run -q -p sluice-server --bin sluice -- adapter test target/adapters/{name}.wasm \
+         --fixtures adapters/{name}/conformance\nthen replace the wire format module by module \
+         (docs/adapters.md, \"Writing an adapter\")",
+        dir.display(),
+        new.template,
+        name = new.name
+    );
+    Ok(())
+}
 
 fn print_help() {
     println!("{HELP}");
@@ -292,8 +319,51 @@ fn build_adapters() -> Result<PathBuf> {
             )
         })?;
     }
+    build_variants(&out_dir)?;
     eprintln!("xtask: {} adapters in {}", crates.len(), out_dir.display());
     Ok(out_dir)
+}
+
+/// Test adapters built a second time with a feature, as a second version of the same
+/// adapter for the host's release tests (shadow, canary): (adapter directory, feature).
+const VARIANTS: &[(&str, &str)] = &[("test-well-behaved", "variant")];
+
+/// Builds each variant into `<out>/variants/<dir>-<feature>.wasm`. Each gets a target
+/// directory of its own: a cdylib's file name carries no feature hash, so building both
+/// in one directory would rebuild one or the other every time.
+fn build_variants(out_dir: &Path) -> Result<()> {
+    let variants = out_dir.join("variants");
+    fs::create_dir_all(&variants)
+        .map_err(|e| format!("cannot create {}: {e}", variants.display()))?;
+    for (dir, feature) in VARIANTS {
+        let manifest = workspace_root()
+            .join("adapters")
+            .join(dir)
+            .join("Cargo.toml");
+        let target = target_dir().join("variants").join(feature);
+        let mut cmd = cargo();
+        cmd.args(["build", "--target", WASM_TARGET, "--profile", WASM_PROFILE])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .args(["--features", feature])
+            .arg("--target-dir")
+            .arg(&target);
+        run(&mut cmd)?;
+        let package = format!("sluice_adapter_{}", dir.replace('-', "_"));
+        let artifact = target
+            .join(WASM_TARGET)
+            .join(WASM_PROFILE)
+            .join(format!("{package}.wasm"));
+        let dest = variants.join(format!("{dir}-{feature}.wasm"));
+        fs::copy(&artifact, &dest).map_err(|e| {
+            format!(
+                "cannot copy {} to {}: {e}",
+                artifact.display(),
+                dest.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

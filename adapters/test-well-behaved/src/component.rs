@@ -15,10 +15,8 @@ impl Guest for TestWellBehaved {
     fn describe() -> AdapterInfo {
         AdapterInfo {
             name: crate::ADAPTER_NAME.to_string(),
-            // A build-time override lets tests produce a second, distinguishable version.
-            version: option_env!("SLUICE_TEST_ADAPTER_VERSION")
-                .unwrap_or("1.0.0")
-                .to_string(),
+            // Build-time variants let tests load second, distinguishable versions.
+            version: crate::variant::version().to_string(),
             capabilities: vec![
                 Capability::Authorize,
                 Capability::Sale,
@@ -44,7 +42,12 @@ impl Guest for TestWellBehaved {
         context: OperationContext,
         response: HttpResponse,
     ) -> Result<Vec<PaymentEvent>, Failure> {
-        crate::response::parse_response(&context, &response)
+        let mode = host::get_config("test_variant");
+        crate::variant::after_parse(
+            mode.as_deref(),
+            &context,
+            crate::response::parse_response(&context, &response),
+        )
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookAcceptance, WebhookRejection> {

@@ -28,6 +28,7 @@
 pub mod component;
 pub mod request;
 pub mod response;
+pub mod variant;
 pub mod webhook;
 
 /// Bindings generated from the Sluice adapter contract (`wit/psp-adapter.wit`).

@@ -95,6 +95,12 @@ pub enum LoadError {
     /// There is no previously active version to go back to.
     #[error("adapter {0:?} has no previously active version to roll back to")]
     NothingToRollBackTo(String),
+    /// A shadow or canary rollout asked for something the runtime cannot serve.
+    #[error("invalid rollout: {0}")]
+    InvalidRollout(String),
+    /// The version asked to run beside the active one is the active one.
+    #[error("adapter {name:?} version {digest} is the active version; stage another one")]
+    AlreadyActive { name: String, digest: String },
     /// A file could not be read.
     #[error("cannot read {path}: {message}")]
     Io { path: PathBuf, message: String },

@@ -35,6 +35,7 @@ mod handle;
 mod keyring;
 mod limits;
 mod output;
+pub mod release;
 mod runtime;
 mod sandbox;
 pub mod testing;
@@ -53,6 +54,7 @@ pub use keyring::{
     HmacHash, KeyText, Keyring, KeyringFailure, PlaceholderError, MAX_HMAC_DATA_BYTES, REDACTED,
 };
 pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE};
+pub use release::{CanaryPolicy, CanaryStatus, Rollout};
 pub use runtime::{AdapterIdentity, AdapterRuntime, AdapterStatus, AdapterVersionInfo};
 
 use std::collections::BTreeMap;

@@ -7,6 +7,7 @@ use crate::engine::{build_engine, EpochTicker};
 use crate::error::{describe_wasm_error, AdapterError, LoadError, RuntimeError};
 use crate::handle::{run_call, AdapterHandle};
 use crate::limits::{RuntimeConfig, SandboxLimits};
+use crate::release::{CanaryPolicy, CanaryStatus, Rollout};
 use crate::sandbox::CallState;
 use crate::{AdapterInfo, ConnectorAccountScope, CONTRACT_INTERFACE, SUPPORTED_CONTRACT};
 use arc_swap::ArcSwap;
@@ -54,12 +55,35 @@ pub struct AdapterStatus {
     pub versions: Vec<AdapterVersionInfo>,
     /// Digest of the version `rollback` would activate.
     pub rollback_to: Option<String>,
+    /// The version repeating the active one's work off the request path, if any.
+    pub shadow: Option<AdapterVersionInfo>,
+    /// The version taking a share of the new attempts, if any.
+    pub canary: Option<CanaryStatus>,
 }
 
 pub(crate) struct LoadedVersion {
     pub(crate) info: AdapterVersionInfo,
     pub(crate) identity: AdapterIdentity,
     pub(crate) pre: PspAdapterPre<CallState>,
+}
+
+/// A version serving a share of the new attempts.
+#[derive(Clone)]
+struct Canary {
+    version: Arc<LoadedVersion>,
+    rollout: Rollout,
+    policy: CanaryPolicy,
+}
+
+impl Canary {
+    fn status(&self) -> CanaryStatus {
+        CanaryStatus {
+            digest: self.version.info.digest.clone(),
+            version: self.version.info.version.clone(),
+            rollout: self.rollout.clone(),
+            policy: self.policy,
+        }
+    }
 }
 
 /// An adapter's versions; immutable, replaced as a whole on every change.
@@ -69,6 +93,8 @@ struct Slot {
     active: Option<Arc<LoadedVersion>>,
     /// Previously active digests, most recent last.
     history: Vec<String>,
+    shadow: Option<Arc<LoadedVersion>>,
+    canary: Option<Canary>,
 }
 
 impl Slot {
@@ -84,6 +110,51 @@ impl Slot {
             self.history.push(current.info.digest.clone());
         }
         self.active = Some(version);
+        self.unstage_active();
+    }
+
+    /// A version that becomes active is no longer staged beside itself: activating the
+    /// canary's version promotes it, activating the shadow's ends the shadow.
+    fn unstage_active(&mut self) {
+        let Some(active) = self.active.as_ref().map(|v| v.info.digest.clone()) else {
+            return;
+        };
+        if self
+            .shadow
+            .as_ref()
+            .is_some_and(|v| v.info.digest == active)
+        {
+            self.shadow = None;
+        }
+        if self
+            .canary
+            .as_ref()
+            .is_some_and(|c| c.version.info.digest == active)
+        {
+            self.canary = None;
+        }
+    }
+
+    /// A loaded version that is not the active one, to run beside it.
+    fn stageable(&self, name: &str, digest: &str) -> Result<Arc<LoadedVersion>, LoadError> {
+        let version = self
+            .find(digest)
+            .cloned()
+            .ok_or_else(|| LoadError::UnknownVersion {
+                name: name.to_string(),
+                digest: digest.to_string(),
+            })?;
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.info.digest == digest)
+        {
+            return Err(LoadError::AlreadyActive {
+                name: name.to_string(),
+                digest: digest.to_string(),
+            });
+        }
+        Ok(version)
     }
 }
 
@@ -235,6 +306,8 @@ impl AdapterRuntime {
                 active: slot.active.as_ref().map(|v| v.info.clone()),
                 versions: slot.versions.iter().map(|v| v.info.clone()).collect(),
                 rollback_to: slot.history.last().cloned(),
+                shadow: slot.shadow.as_ref().map(|v| v.info.clone()),
+                canary: slot.canary.as_ref().map(Canary::status),
             })
             .collect()
     }
@@ -268,6 +341,7 @@ impl AdapterRuntime {
             })?;
             let info = version.info.clone();
             slot.active = Some(version);
+            slot.unstage_active();
             Ok(info)
         })
         .inspect(|info| tracing::info!(adapter = name, version = %info.version, digest = %info.digest, "adapter rolled back"))
@@ -284,6 +358,101 @@ impl AdapterRuntime {
     pub fn version(&self, name: &str, digest: &str) -> Option<AdapterHandle> {
         let version = self.slot(name)?.find(digest).cloned()?;
         Some(AdapterHandle::new(Arc::clone(&self.shared), version))
+    }
+
+    /// Stages the loaded version `digest` as `name`'s shadow: it repeats the active
+    /// version's work off the request path and never affects state. Replaces any
+    /// previous shadow.
+    pub fn stage_shadow(&self, name: &str, digest: &str) -> Result<AdapterVersionInfo, LoadError> {
+        self.update(name, false, |slot| {
+            let version = slot.stageable(name, digest)?;
+            let info = version.info.clone();
+            slot.shadow = Some(version);
+            Ok(info)
+        })
+        .inspect(|info| tracing::info!(adapter = name, version = %info.version, digest = %info.digest, "adapter shadow staged"))
+    }
+
+    /// Ends `name`'s shadow; what it was, if any.
+    pub fn clear_shadow(&self, name: &str) -> Result<Option<AdapterVersionInfo>, LoadError> {
+        self.update(name, false, |slot| {
+            Ok(slot.shadow.take().map(|v| v.info.clone()))
+        })
+    }
+
+    /// A handle on `name`'s shadow version, if one is staged.
+    pub fn shadow(&self, name: &str) -> Option<AdapterHandle> {
+        let version = self.slot(name)?.shadow.clone()?;
+        Some(AdapterHandle::new(Arc::clone(&self.shared), version))
+    }
+
+    /// Makes the loaded version `digest` a canary of `name`: it builds the requests of
+    /// the new attempts its rollout takes. Replaces any previous canary (attempts already
+    /// started on that one keep their version).
+    pub fn start_canary(
+        &self,
+        name: &str,
+        digest: &str,
+        rollout: Rollout,
+        policy: CanaryPolicy,
+    ) -> Result<CanaryStatus, LoadError> {
+        rollout.validate()?;
+        policy.validate()?;
+        self.update(name, false, |slot| {
+            let version = slot.stageable(name, digest)?;
+            let canary = Canary {
+                version,
+                rollout,
+                policy,
+            };
+            let status = canary.status();
+            slot.canary = Some(canary);
+            Ok(status)
+        })
+        .inspect(|c| tracing::info!(adapter = name, version = %c.version, digest = %c.digest, percent = c.rollout.percent, accounts = c.rollout.accounts.len(), "adapter canary started"))
+    }
+
+    /// Stops `name`'s canary, taking no new attempts. With `only_digest`, only when the
+    /// canary is still that version (an automatic rollback must not stop a newer one).
+    /// What was stopped, if anything.
+    pub fn stop_canary(
+        &self,
+        name: &str,
+        only_digest: Option<&str>,
+    ) -> Result<Option<CanaryStatus>, LoadError> {
+        self.update(name, false, |slot| {
+            let matches = match (&slot.canary, only_digest) {
+                (Some(canary), Some(digest)) => canary.version.info.digest == digest,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            Ok(if matches {
+                slot.canary.take().map(|c| c.status())
+            } else {
+                None
+            })
+        })
+    }
+
+    /// The version that builds the requests of a new attempt `reference` of `account`:
+    /// the canary when its rollout takes the attempt, the active version otherwise.
+    pub fn for_new_attempt(
+        &self,
+        name: &str,
+        account: &str,
+        reference: &str,
+    ) -> Option<AdapterHandle> {
+        let slot = self.slot(name)?;
+        let version = match &slot.canary {
+            Some(canary) if canary.rollout.takes(account, reference) => Arc::clone(&canary.version),
+            _ => slot.active.clone()?,
+        };
+        Some(AdapterHandle::new(Arc::clone(&self.shared), version))
+    }
+
+    /// `name`'s canary, if one is running.
+    pub fn canary(&self, name: &str) -> Option<CanaryStatus> {
+        self.slot(name)?.canary.as_ref().map(Canary::status)
     }
 
     fn slot(&self, name: &str) -> Option<Arc<Slot>> {

@@ -67,6 +67,7 @@
 
 pub mod amounts;
 pub mod breaker;
+pub mod card_number;
 pub mod command;
 pub mod decide;
 pub mod decision;

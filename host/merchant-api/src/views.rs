@@ -135,6 +135,11 @@ pub struct AttemptView {
     /// The stable reference sent to the PSP as its idempotency key.
     pub reference: String,
     pub adapter: String,
+    /// The adapter version that builds the attempt's requests, pinned when it was
+    /// first sent (a canary's attempts stay on the canary); null before that.
+    pub adapter_version: Option<String>,
+    /// The sha256 digest of that version's component.
+    pub adapter_digest: Option<String>,
     pub connector_account: String,
     pub psp_reference: Option<String>,
     /// The attempt's detailed state (`SUCCEEDED`, `UNKNOWN`, ...).
@@ -470,6 +475,8 @@ impl From<&PaymentAttempt> for AttemptView {
             attempt_no: a.attempt_no,
             reference: a.reference.clone(),
             adapter: a.adapter.clone(),
+            adapter_version: a.adapter_pin.as_ref().map(|p| p.version.clone()),
+            adapter_digest: a.adapter_pin.as_ref().map(|p| p.digest.clone()),
             connector_account: a.connector_account_id.clone(),
             psp_reference: a.psp_reference.clone(),
             state: a.state.as_str().to_owned(),

@@ -151,7 +151,7 @@ impl Orchestrator {
             _ => {}
         }
         let order = self.store().get_payment(None, &attempt.payment_id).await?;
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(attempt).await?;
         let own = OwnAggregate::Attempt {
             reference: attempt.reference.clone(),
             mode: attempt.capture_mode,
@@ -218,6 +218,8 @@ impl Orchestrator {
                     None,
                 )
                 .await?;
+                self.watch_canary(connector, operation, crate::releases::FirstSend::Error)
+                    .await;
                 return Ok(not_sent.into());
             }
         };
@@ -293,7 +295,7 @@ impl Orchestrator {
         }
         let attempt = self.store().get_attempt(&capture.attempt_id).await?;
         let order = self.store().get_payment(None, &capture.payment_id).await?;
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(&attempt).await?;
         let own = OwnAggregate::Capture {
             reference: capture.reference.clone(),
             mode: attempt.capture_mode,
@@ -422,7 +424,7 @@ impl Orchestrator {
         }
         let attempt = self.store().get_attempt(&refund.attempt_id).await?;
         let order = self.store().get_payment(None, &refund.payment_id).await?;
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(&attempt).await?;
         let own = OwnAggregate::Refund {
             reference: refund.reference.clone(),
             mode: attempt.capture_mode,

@@ -240,6 +240,8 @@ impl crate::Orchestrator {
             health_of(&outcome, spec.operation),
         );
         self.note_transition(&connector.account_id, moved).await;
+        let send = crate::releases::FirstSend::of(&outcome);
+        self.watch_canary(connector, spec.operation, send).await;
         outcome
     }
 

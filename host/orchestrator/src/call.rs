@@ -36,6 +36,9 @@ pub(crate) struct Connector {
     pub recovery: crate::config::ConnectorRecovery,
     /// How many PSP calls may be in flight through this account at once.
     pub limits: crate::CallLimits,
+    /// The adapter's shadow version, when one is staged: it repeats this
+    /// connector's adapter calls off the request path.
+    pub shadow: Option<crate::shadow::ShadowTap>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -156,6 +159,9 @@ pub(crate) async fn prepare(
         .adapter
         .build_request(&connector.scope, spec.to_wit())
         .await?;
+    if let Some(tap) = &connector.shadow {
+        tap.repeat_build_request(connector, spec.to_wit(), &built);
+    }
     let request = match built {
         Ok(request) => request,
         Err(failure) => {
@@ -245,10 +251,14 @@ pub(crate) async fn perform(
     };
     let status = response.status;
     tracing::info!(operation = %spec.operation, status, elapsed_ms, "PSP answered");
+    let shadow_input = connector.shadow.as_ref().map(|_| response.clone());
     let parsed = connector
         .adapter
         .parse_response(&connector.scope, spec.to_wit(), response)
         .await;
+    if let (Some(tap), Some(input), Ok(parsed)) = (&connector.shadow, shadow_input, &parsed) {
+        tap.repeat_parse_response(connector, spec.to_wit(), input, parsed);
+    }
     let outcome = interpret(spec, status, parsed);
     let (label, events) = match &outcome {
         CallOutcome::Answered(events) => ("answered", Some(events.as_slice())),

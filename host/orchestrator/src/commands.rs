@@ -393,7 +393,7 @@ impl Orchestrator {
         let snapshot = details.order.snapshot(&details.amounts)?;
         request_void(&snapshot, &attempt.snapshot())
             .map_err(|refused| OrchestratorError::InvalidState(refused.to_string()))?;
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(&attempt).await?;
         // Refuse what the adapter cannot build before anything is recorded.
         let spec = attempt_spec(Operation::Void, &attempt, &details.order);
         call::prepare(&connector, &spec)
@@ -453,7 +453,7 @@ impl Orchestrator {
         if attempt.state != AttemptState::RequiresAction {
             return Ok(attempt.state);
         }
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(&attempt).await?;
         let spec = attempt_spec(Operation::Void, &attempt, &details.order);
         let request = call::prepare(&connector, &spec)
             .await?
@@ -578,7 +578,7 @@ impl Orchestrator {
             .rev()
             .find(|a| matches!(a.state, AttemptState::Authorized | AttemptState::Succeeded));
         if let Some(attempt) = attempt {
-            self.connector(&attempt.connector_account_id).await?;
+            self.attempt_connector(attempt).await?;
         }
         Ok(())
     }

@@ -150,7 +150,7 @@ impl Orchestrator {
             return Ok(attempt.state);
         }
         let order = self.store().get_payment(None, &attempt.payment_id).await?;
-        let connector = self.connector(&attempt.connector_account_id).await?;
+        let connector = self.attempt_connector(&attempt).await?;
         let own = own_attempt(&attempt);
         if attempt.void_requested_at.is_some() {
             self.follow_void(&attempt, &order, &connector, &own, Trigger::Scanner)

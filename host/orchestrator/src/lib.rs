@@ -46,6 +46,8 @@ pub mod fulfillment;
 pub mod inbox;
 mod metrics;
 mod orchestrator;
+mod releases;
+pub mod shadow;
 pub mod transport;
 pub mod webhook;
 
@@ -62,5 +64,7 @@ pub use fulfillment::FulfillmentStep;
 pub use inbox::{InboxRound, Replayed};
 pub use metrics::register_metrics;
 pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};
+pub use releases::Tally as CanaryTally;
+pub use shadow::{ShadowOperation, ShadowTally};
 pub use transport::{CallBudget, PspTransport, ReqwestTransport};
 pub use webhook::{InboxReceipt, RejectionKind, WebhookOutcome};

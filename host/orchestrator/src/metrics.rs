@@ -195,7 +195,64 @@ pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
     registry.register(Box::new(m.scope_refusals.clone()))?;
     registry.register(Box::new(m.breaker_transitions.clone()))?;
     registry.register(Box::new(m.calls_shed.clone()))?;
+    let Some(r) = release_metrics() else {
+        return Err(prometheus::Error::Msg(
+            "adapter release metrics could not be built".into(),
+        ));
+    };
+    registry.register(Box::new(r.shadow.clone()))?;
+    registry.register(Box::new(r.canary_rollbacks.clone()))?;
     Ok(())
+}
+
+/// Adapter releases (`shadow`, `releases`): shadow comparisons and canary rollbacks.
+struct ReleaseMetrics {
+    shadow: IntCounterVec,
+    canary_rollbacks: IntCounterVec,
+}
+
+fn release_metrics() -> Option<&'static ReleaseMetrics> {
+    static METRICS: OnceLock<Option<ReleaseMetrics>> = OnceLock::new();
+    METRICS
+        .get_or_init(|| {
+            let shadow = IntCounterVec::new(
+                Opts::new(
+                    "sluice_adapter_shadow_comparisons_total",
+                    "Shadow adapter runs per adapter, operation and result (agreed, \
+                     differed, failed, shed)",
+                ),
+                &["adapter", "operation", "result"],
+            )
+            .ok()?;
+            let canary_rollbacks = IntCounterVec::new(
+                Opts::new(
+                    "sluice_adapter_canary_rollbacks_total",
+                    "Canary adapter versions stopped automatically for doing worse than \
+                     the active version, per adapter",
+                ),
+                &["adapter"],
+            )
+            .ok()?;
+            Some(ReleaseMetrics {
+                shadow,
+                canary_rollbacks,
+            })
+        })
+        .as_ref()
+}
+
+pub(crate) fn shadow_compared(adapter: &str, operation: &str, result: &str) {
+    if let Some(r) = release_metrics() {
+        r.shadow
+            .with_label_values(&[adapter, operation, result])
+            .inc();
+    }
+}
+
+pub(crate) fn canary_rolled_back(adapter: &str) {
+    if let Some(r) = release_metrics() {
+        r.canary_rollbacks.with_label_values(&[adapter]).inc();
+    }
 }
 
 const CALL: [&str; 4] = [

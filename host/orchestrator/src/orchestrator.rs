@@ -108,6 +108,8 @@ pub(crate) struct Inner {
     pub pull_client: reqwest::Client,
     pub breakers: crate::breakers::Breakers,
     pub call_slots: crate::call_slots::CallSlots,
+    pub canary_watch: crate::releases::CanaryWatch,
+    pub shadows: Arc<crate::shadow::Shadows>,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -135,6 +137,8 @@ impl Orchestrator {
                 clock,
                 breakers: crate::breakers::Breakers::new(config.breaker),
                 call_slots: crate::call_slots::CallSlots::default(),
+                canary_watch: crate::releases::CanaryWatch::default(),
+                shadows: Arc::default(),
                 config,
                 pull_client: reqwest::Client::new(),
             }),
@@ -178,7 +182,17 @@ impl Orchestrator {
             &scope.config,
         );
         let limits = crate::CallLimits::for_account(&config.call_limits, &scope.config);
+        let shadow = self
+            .inner
+            .runtime
+            .shadow(&credentials.adapter)
+            .map(|handle| crate::shadow::ShadowTap {
+                handle,
+                shadows: Arc::clone(&self.inner.shadows),
+                store: self.inner.store.clone(),
+            });
         Ok(Connector {
+            shadow,
             account_id: credentials.connector_account_id,
             adapter,
             scope,

@@ -129,7 +129,11 @@ impl Orchestrator {
         let digest = hex::encode(Sha256::digest(&request.body));
         let raw_body = request.body.clone();
         let adapter = &connector.adapter;
+        let shadow_input = connector.shadow.as_ref().map(|_| request.clone());
         let verdict = adapter.handle_webhook(&connector.scope, request).await?;
+        if let (Some(tap), Some(input)) = (&connector.shadow, shadow_input) {
+            tap.repeat_handle_webhook(&connector, input, &verdict);
+        }
         let acceptance = match verdict {
             Ok(acceptance) => acceptance,
             Err(rejection) => {

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use sluice_adapter_runtime::{
-    AdapterRuntime, AdapterStatus, AdapterVersionInfo, LoadError, SandboxLimits,
+    AdapterRuntime, AdapterStatus, AdapterVersionInfo, CanaryPolicy, CanaryStatus, LoadError,
+    Rollout, SandboxLimits,
 };
 use tokio::sync::Mutex;
 
@@ -162,6 +163,50 @@ impl AdapterManager {
         }
         control.histories.insert(name.to_string(), history);
         Ok(info)
+    }
+
+    /// Stages the loaded version `digest` as `name`'s shadow (not persisted: a restart
+    /// serves the active version alone).
+    pub async fn stage_shadow(
+        &self,
+        name: &str,
+        digest: &str,
+    ) -> Result<AdapterVersionInfo, ManageError> {
+        check_name(name)?;
+        check_digest(digest)?;
+        let _control = self.control.lock().await;
+        Ok(self.runtime.stage_shadow(name, digest)?)
+    }
+
+    /// Ends `name`'s shadow; what it was, if any.
+    pub async fn clear_shadow(
+        &self,
+        name: &str,
+    ) -> Result<Option<AdapterVersionInfo>, ManageError> {
+        check_name(name)?;
+        let _control = self.control.lock().await;
+        Ok(self.runtime.clear_shadow(name)?)
+    }
+
+    /// Starts a canary of the loaded version `digest` (not persisted, like a shadow).
+    pub async fn start_canary(
+        &self,
+        name: &str,
+        digest: &str,
+        rollout: Rollout,
+        policy: CanaryPolicy,
+    ) -> Result<CanaryStatus, ManageError> {
+        check_name(name)?;
+        check_digest(digest)?;
+        let _control = self.control.lock().await;
+        Ok(self.runtime.start_canary(name, digest, rollout, policy)?)
+    }
+
+    /// Stops `name`'s canary; what it was, if any.
+    pub async fn stop_canary(&self, name: &str) -> Result<Option<CanaryStatus>, ManageError> {
+        check_name(name)?;
+        let _control = self.control.lock().await;
+        Ok(self.runtime.stop_canary(name, None)?)
     }
 
     /// Start-up: the adapters directory, then persisted uploads and activations.

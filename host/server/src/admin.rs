@@ -18,8 +18,13 @@ use crate::error::ApiError;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct UploadParams {
-    /// Activate the new version once validated (default); `false` only stages it.
+    /// Activate the new version once validated (default unless `shadow`); `false` only
+    /// loads it.
     pub activate: Option<bool>,
+    /// Stage the new version as the shadow of the active one: it repeats the active
+    /// version's calls off the request path and is compared with it, never affecting
+    /// state (`GET /admin/adapters/{name}/shadow`). Excludes `activate=true`.
+    pub shadow: Option<bool>,
 }
 
 /// The `{name}` of every adapter route, as [`crate::adapters::check_name`] accepts it.
@@ -52,8 +57,9 @@ struct ComponentBytes(Vec<u8>);
         description = "A WebAssembly component of world `sluice:psp/psp-adapter@0.2.x`, at most 32 MiB"
     ),
     responses(
-        (status = 200, description = "The version, loaded (and active unless `activate=false`)", body = AdapterVersionView),
+        (status = 200, description = "The version, loaded (and active unless `activate=false` or `shadow=true`; the shadow with `shadow=true`)", body = AdapterVersionView),
         (status = 400, description = "Invalid name or query"),
+        (status = 409, description = "With `shadow=true`: the version is the active one"),
         (status = 413, description = "The body is over the 32 MiB limit"),
         (status = 422, description = "Not a component of the served contract, or it names another adapter; nothing was written"),
     ),
@@ -68,7 +74,15 @@ pub async fn upload(
     let Path(name) = name?;
     let Query(params) = params?;
     let body = body?;
-    let activate = params.activate.unwrap_or(true);
+    let shadow = params.shadow.unwrap_or(false);
+    if shadow && params.activate == Some(true) {
+        return Err(ApiError::bad_request(
+            "conflicting_parameters",
+            "a version is either activated or staged as the shadow, not both",
+        )
+        .with_param("shadow"));
+    }
+    let activate = !shadow && params.activate.unwrap_or(true);
     let span = tracing::info_span!("admin_upload", adapter = %name, bytes = body.len(), activate);
     let info = state
         .adapters
@@ -77,7 +91,10 @@ pub async fn upload(
         .await
         .map_err(|e| manage_error(&name, e))?;
     tracing::info!(adapter = %name, version = %info.version, digest = %info.digest, activate,
-        "adapter version uploaded");
+        shadow, "adapter version uploaded");
+    if shadow {
+        crate::releases::stage_uploaded(&state, &name, &info).await?;
+    }
     let active = state
         .adapters
         .runtime()
@@ -182,7 +199,7 @@ pub async fn rollback(
 
 /// Maps control-plane errors to the API error shape: validation failures are 422 and say
 /// why; lookups are 404; server-side failures are 500 without internals beyond the cause.
-fn manage_error(name: &str, error: ManageError) -> ApiError {
+pub(crate) fn manage_error(name: &str, error: ManageError) -> ApiError {
     let message = error.to_string();
     match error {
         ManageError::InvalidName(_) => {
@@ -220,6 +237,10 @@ fn load_error(error: LoadError, message: String) -> ApiError {
             ApiError::not_found("version_not_found", message).with_param("digest")
         }
         LoadError::NothingToRollBackTo(_) => ApiError::conflict("nothing_to_roll_back_to", message),
+        LoadError::InvalidRollout(_) => ApiError::bad_request("invalid_rollout", message),
+        LoadError::AlreadyActive { .. } => {
+            ApiError::conflict("version_is_active", message).with_param("digest")
+        }
         // The configured limits are the operator's, not the uploader's, mistake.
         LoadError::InvalidLimits(_) | LoadError::Io { .. } => {
             tracing::error!(error = %message, "adapter load failed on the server side");

@@ -22,6 +22,10 @@ pub struct AdapterView {
     pub active_digest: Option<String>,
     /// Digest of the version `rollback` would re-activate.
     pub rollback_to: Option<String>,
+    /// Digest of the shadow version, if one is staged (`/admin/adapters/{name}/shadow`).
+    pub shadow_digest: Option<String>,
+    /// Digest of the canary version, if one runs (`/admin/adapters/{name}/canary`).
+    pub canary_digest: Option<String>,
     pub versions: Vec<AdapterVersionView>,
 }
 
@@ -82,6 +86,8 @@ impl AdapterView {
             },
             active_version: status.active.as_ref().map(|a| a.version.clone()),
             rollback_to: status.rollback_to.clone(),
+            shadow_digest: status.shadow.as_ref().map(|s| s.digest.clone()),
+            canary_digest: status.canary.as_ref().map(|c| c.digest.clone()),
             versions: status
                 .versions
                 .iter()
@@ -167,9 +173,14 @@ pub fn render_table(list: &AdapterList) -> String {
     ]];
     for adapter in &list.adapters {
         for version in &adapter.versions {
+            let is = |digest: &Option<String>| digest.as_deref() == Some(&version.digest);
             let status = if version.active {
                 "active"
-            } else if adapter.rollback_to.as_deref() == Some(&version.digest) {
+            } else if is(&adapter.canary_digest) {
+                "canary"
+            } else if is(&adapter.shadow_digest) {
+                "shadow"
+            } else if is(&adapter.rollback_to) {
                 "previous"
             } else {
                 "staged"

@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use crate::adapters::AdapterManager;
 use crate::auth::{require_admin, AdminAuth};
 use crate::error::ApiError;
-use crate::{admin, health};
+use crate::{admin, health, releases};
 
 /// Largest adapter component the admin API accepts.
 pub const MAX_ADAPTER_UPLOAD_BYTES: usize = 32 * 1024 * 1024;
@@ -26,15 +26,23 @@ pub struct AppState {
     pub auth: AdminAuth,
     pub adapters: Arc<AdapterManager>,
     pub store: Store,
+    /// For what the payment path knows of adapter releases (shadow and canary tallies).
+    pub orchestrator: sluice_orchestrator::Orchestrator,
     adapters_loaded: Arc<AtomicBool>,
 }
 
 impl AppState {
-    pub fn new(auth: AdminAuth, adapters: Arc<AdapterManager>, store: Store) -> Self {
+    pub fn new(
+        auth: AdminAuth,
+        adapters: Arc<AdapterManager>,
+        store: Store,
+        orchestrator: sluice_orchestrator::Orchestrator,
+    ) -> Self {
         AppState {
             auth,
             adapters,
             store,
+            orchestrator,
             adapters_loaded: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -63,6 +71,16 @@ fn adapter_admin_routes() -> OpenApiRouter<AppState> {
         .merge(upload)
         .routes(routes!(admin::activate))
         .routes(routes!(admin::rollback))
+        .routes(routes!(
+            releases::stage_shadow,
+            releases::clear_shadow,
+            releases::shadow_report
+        ))
+        .routes(routes!(
+            releases::start_canary,
+            releases::stop_canary,
+            releases::canary_report
+        ))
 }
 
 fn health_routes() -> OpenApiRouter<AppState> {

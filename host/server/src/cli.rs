@@ -122,7 +122,44 @@ pub enum AdapterCommand {
         /// Stage the version without activating it.
         #[arg(long)]
         no_activate: bool,
+        /// Stage it as the shadow of the active version: it repeats the active
+        /// version's calls and is compared with it, never affecting state.
+        #[arg(long, conflicts_with = "no_activate")]
+        shadow: bool,
     },
+    /// The shadow version's agreement with the active one, per operation, and its
+    /// newest diffs.
+    ShadowReport {
+        name: String,
+        /// How many of the newest diffs to show (1-200).
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// End the shadow.
+    ShadowStop { name: String },
+    /// Let a loaded version take a share of the new attempts; it is stopped
+    /// automatically when its UNKNOWN, error or decline rate exceeds the active
+    /// version's by more than --max-excess-pct points over --min-sample first sends.
+    Canary {
+        name: String,
+        /// SHA-256 digest (hex) of the version.
+        digest: String,
+        /// Percentage (0-100) of new attempts, by a hash of the attempt reference.
+        #[arg(long, default_value_t = 0)]
+        percent: u8,
+        /// Connector accounts whose every new attempt the canary takes.
+        #[arg(long = "account", value_name = "ID")]
+        accounts: Vec<String>,
+        #[arg(long)]
+        min_sample: Option<u32>,
+        #[arg(long)]
+        max_excess_pct: Option<u8>,
+    },
+    /// The canary, its first sends against the active version's, and the adapter's
+    /// release history.
+    CanaryReport { name: String },
+    /// Stop the canary: it takes no new attempts; its attempts keep converging on it.
+    CanaryStop { name: String },
     /// List adapters with their versions, digests and status.
     List,
     /// Activate a loaded version by its digest.
@@ -234,10 +271,12 @@ mod tests {
                 name,
                 file,
                 no_activate,
+                shadow,
             } => {
                 assert_eq!(name, "stripe");
                 assert_eq!(file, PathBuf::from("stripe.wasm"));
                 assert!(no_activate);
+                assert!(!shadow);
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -59,14 +59,20 @@ impl AdminClient {
         })
     }
 
-    /// Uploads a component (validated by the server, activated unless `activate` is false).
+    /// Uploads a component (validated by the server, activated unless `activate` is
+    /// false, staged as the shadow with `shadow`).
     pub async fn load(
         &self,
         name: &str,
         wasm: Vec<u8>,
         activate: bool,
+        shadow: bool,
     ) -> Result<Answer<AdapterVersionView>, ClientError> {
-        let path = format!("/admin/adapters/{name}?activate={activate}");
+        let path = if shadow {
+            format!("/admin/adapters/{name}?shadow=true")
+        } else {
+            format!("/admin/adapters/{name}?activate={activate}")
+        };
         let request = self
             .request(Method::PUT, &path)
             .header("content-type", "application/wasm")
@@ -109,6 +115,21 @@ impl AdminClient {
 
     /// `GET path` as JSON, with the client's token (an admin token, or a
     /// merchant API key for `/v1`).
+    /// Any admin route with an optional JSON body, answered as JSON.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer<Value>, ClientError> {
+        let request = self.request(method, path);
+        let request = match body {
+            Some(body) => request.json(body),
+            None => request,
+        };
+        self.send(request).await
+    }
+
     pub async fn get_json(&self, path: &str) -> Result<Value, ClientError> {
         let answer: Answer<Value> = self.send(self.request(Method::GET, path)).await?;
         Ok(answer.value)

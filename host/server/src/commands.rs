@@ -225,9 +225,10 @@ async fn adapter(args: AdapterArgs) -> Result<(), CommandError> {
             name,
             file,
             no_activate,
+            shadow,
         } => {
             let wasm = read(&file)?;
-            let answer = client.load(&name, wasm, !no_activate).await?;
+            let answer = client.load(&name, wasm, !no_activate, shadow).await?;
             if args.json {
                 pretty(&answer.raw)
             } else {
@@ -260,6 +261,7 @@ async fn adapter(args: AdapterArgs) -> Result<(), CommandError> {
         }
         // Handled above: the kit needs no gateway.
         AdapterCommand::Test(_) => String::new(),
+        release => crate::releases_cli::run(&client, release, args.json).await?,
     };
     std::io::stdout()
         .lock()

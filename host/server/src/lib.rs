@@ -21,5 +21,7 @@ pub mod openapi;
 pub mod payment_services;
 pub mod payments_cli;
 pub mod pending_metrics;
+pub mod releases;
+pub mod releases_cli;
 pub mod server;
 pub mod telemetry;

@@ -192,7 +192,12 @@ pub async fn start(
         },
     )?;
     let payment_routes = services.router(auth.clone());
-    let state = AppState::new(auth, Arc::clone(&adapters), store);
+    let state = AppState::new(
+        auth,
+        Arc::clone(&adapters),
+        store,
+        services.orchestrator.clone(),
+    );
 
     let listener = match listener {
         Some(listener) => listener,

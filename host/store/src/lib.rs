@@ -24,6 +24,7 @@ mod listing;
 mod refusals;
 
 pub mod account_health;
+pub mod adapter_releases;
 pub mod history;
 pub mod idempotency;
 pub mod inbox;
@@ -38,6 +39,9 @@ pub mod secrets;
 pub mod stats;
 
 pub use account_health::{AccountEvent, MAX_ACCOUNT_EVENTS};
+pub use adapter_releases::{
+    AdapterEvent, AdapterEventKind, AdapterPin, NewShadowDiff, ShadowDiff, MAX_ADAPTER_EVENTS,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
     cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,

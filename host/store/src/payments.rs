@@ -102,6 +102,10 @@ pub struct PaymentAttempt {
     pub void_requested_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The adapter version that builds the attempt's requests: pinned when it is
+    /// first sent (a canary's attempts stay on the canary); `None` before that, and
+    /// for attempts sent before pins were recorded (they follow the active version).
+    pub adapter_pin: Option<crate::adapter_releases::AdapterPin>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -217,7 +221,7 @@ pub(crate) const ATTEMPT_COLS: &str = "id, payment_id, attempt_no, reference, ad
     payment_method_type, state, version, next_retry_time, retry_count, last_psp_call_at, timeout_at, expires_at, \
     last_event_identity, \
     next_action_url, failure_code, failure_category, failure_message, authorized_at, \
-    void_requested_at, created_at, updated_at";
+    void_requested_at, created_at, updated_at, adapter_version, adapter_digest";
 pub(crate) const CAPTURE_COLS: &str = "id, payment_id, attempt_id, reference, adapter, \
     psp_reference, amount_minor, currency, state, version, next_retry_time, retry_count, \
     last_psp_call_at, last_event_identity, failure_code, failure_category, failure_message, created_at, updated_at";
@@ -333,6 +337,7 @@ pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
         void_requested_at: opt_int(row, "void_requested_at")?,
         created_at: int(row, "created_at")?,
         updated_at: int(row, "updated_at")?,
+        adapter_pin: crate::adapter_releases::pin_from(row)?,
     })
 }
 
@@ -751,6 +756,7 @@ impl Store {
             void_requested_at: None,
             created_at: now,
             updated_at: now,
+            adapter_pin: None,
         };
         if let Err(e) = insert_attempt(tx, &attempt).await {
             if e.is_unique_violation() {

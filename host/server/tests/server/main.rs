@@ -12,6 +12,7 @@ mod kill;
 mod metrics;
 mod openapi;
 mod pg;
+mod releases_api;
 mod scanner_processes;
 mod secrets_at_rest;
 mod startup;
