@@ -416,7 +416,8 @@ function drawLanes(container, p, events) {
   const axis = h("div", { class: "lane axis", "aria-hidden": "true" }, h("span", { class: "lane-label" }, "time"));
   axis.style.gridTemplateColumns = columns;
   events.forEach((e, i) => {
-    const tick = h("span", {}, time(e.recorded_at).slice(11));
+    // Time of day to the millisecond: a burst of events is often within one second.
+    const tick = h("span", {}, new Date(e.recorded_at).toISOString().slice(11, 23));
     tick.style.gridColumn = String(i + 2);
     axis.append(tick);
   });
@@ -596,7 +597,7 @@ async function adaptersPage(view) {
       h("h2", {}, a.name, " ", h("span", { class: a.status === "active" ? "tag ok" : "tag" }, a.status)),
       h("p", {}, "Active: ", h("strong", {}, a.active_version || "none"), a.active_digest ? [" ", h("code", {}, a.active_digest.slice(0, 16))] : null,
         " · previous (rollback target): ", a.rollback_to ? h("code", {}, a.rollback_to.slice(0, 16)) : "none", " ",
-        a.rollback_to ? h("button", { type: "button", class: "secondary", onclick: act(`/admin/adapters/${name}/rollback`) }, `Roll back ${a.name}`) : null),
+        a.rollback_to ? h("button", { type: "button", class: "secondary rollback", onclick: act(`/admin/adapters/${name}/rollback`) }, `Roll back ${a.name}`) : null),
       h("table", { "aria-label": `Versions of ${a.name}` },
         h("thead", {}, h("tr", {}, ["Version", "Digest", "Loaded", "Serving", ""].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, a.versions.map((v) => h("tr", {},

@@ -20,16 +20,18 @@ use sluice_server::server::RunningServer;
 use sluice_test_support::eventually;
 
 use crate::common::{
-    adapter_bytes, adapters_subset, config, start, with_custom_section, Body, Http, ADMIN_TOKEN,
+    adapter_bytes, adapters_subset, config, digest, start, with_custom_section, Body, Http,
+    ADMIN_TOKEN,
 };
 
 /// How long any one thing the browser waits for may take.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// chromedriver, from `SLUICE_CHROMEDRIVER` or the usual places.
+/// chromedriver, from `SLUICE_CHROMEDRIVER` (a path that is no file is no
+/// chromedriver) or the usual places.
 fn chromedriver() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("SLUICE_CHROMEDRIVER") {
-        return Some(PathBuf::from(path));
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
     }
     ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
         .iter()
@@ -368,7 +370,7 @@ async fn the_console_files_are_served_without_credentials_under_a_strict_policy_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_finds_a_payment_by_its_psp_reference_reads_its_lanes_and_next_step_and_two_operators_resolve_its_review(
+async fn an_operator_finds_a_payment_by_its_psp_reference_reads_its_lanes_and_next_step_two_operators_resolve_its_review_and_an_adapter_rolls_back(
 ) {
     let Some(driver_path) = browser_or_skip("the console browser test") else {
         return;
@@ -378,93 +380,87 @@ async fn an_operator_finds_a_payment_by_its_psp_reference_reads_its_lanes_and_ne
     let client = browser(&driver).await;
     let base = world.server.url();
 
-    // The page itself holds no data and forbids inline script.
-    let page = reqwest::get(format!("{base}/console"))
-        .await
-        .expect("GET /console");
-    let csp = page.headers()["content-security-policy"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
-        "{csp}"
-    );
-    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
-
     sign_in(&client, &base, &world.alice).await;
-    open_by_psp_reference(&client, &world).await;
+    find_the_payment_and_read_its_lanes_and_next_step(&client, &world).await;
+    let item = propose_and_fail_to_approve_alone(&client, &world).await;
+    sign_out(&client).await;
+    sign_in(&client, &base, &world.bob).await;
+    approve_as_the_second_operator(&client, &world, &item).await;
+    roll_back_an_adapter(&client, &world).await;
+
+    client.close().await.expect("close the browser");
+    world.server.shutdown().await.expect("stop the gateway");
+}
+
+/// Search by PSP reference; the order and attempt lanes, an event's evidence,
+/// the next step of a settled payment and of one in review.
+async fn find_the_payment_and_read_its_lanes_and_next_step(client: &Client, world: &World) {
+    open_by_psp_reference(client, world).await;
     let url = client.current_url().await.expect("current url");
     assert!(!url.as_str().contains(ADMIN_TOKEN) && !url.as_str().contains(&world.alice));
-
-    // The lanes: the order and its attempt, each event with its decision.
     wait_for(
-        &client,
+        client,
         "[data-lane=\"order\"] .ev[data-kind=\"COMMAND_CREATE\"]",
     )
     .await;
     let succeeded = wait_for(
-        &client,
+        client,
         "[data-lane=\"attempt\"] .ev[data-kind=\"PAYMENT_SUCCEEDED\"][data-decision=\"applied\"]",
     )
     .await;
     succeeded.click().await.expect("select the event");
-    let detail = wait_for_text(&client, "#event-detail", "Source (evidence)").await;
+    let detail = wait_for_text(client, "#event-detail", "Source (evidence)").await;
     assert!(
         detail.contains("stripe"),
         "the adapter that read it: {detail}"
     );
     assert!(detail.contains(&world.psp_reference), "{detail}");
     // Nothing is left to do for a succeeded payment.
-    let mover = wait_for_text(&client, "#next-mover", "nothing").await;
+    let mover = wait_for_text(client, "#next-mover", "nothing").await;
     assert_eq!(mover, "nothing");
 
     // The flagged payment waits for an operator.
+    let base = world.server.url();
     client
         .goto(&format!("{base}/console#/payments/{}", world.review_id))
         .await
         .expect("open the flagged payment");
-    let mover = wait_for_text(&client, "#next-mover", "operator").await;
+    let mover = wait_for_text(client, "#next-mover", "operator").await;
     assert_eq!(mover, "operator");
-    wait_for_text(&client, "#next-review", "charged twice").await;
+    wait_for_text(client, "#next-review", "charged twice").await;
+}
 
-    // Alice proposes to dismiss the review.
-    click(&client, "#nav a[data-section=\"review\"]").await;
+/// Alice proposes to dismiss the review, then tries to approve it herself:
+/// the server refuses. Returns the review item's selector.
+async fn propose_and_fail_to_approve_alone(client: &Client, world: &World) -> String {
+    click(client, "#nav a[data-section=\"review\"]").await;
     let item = format!("section.item[data-payment=\"{}\"]", world.review_id);
-    wait_for(&client, &item).await;
+    wait_for(client, &item).await;
     let uid = world.review_id.replace(
         |c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-',
         "",
     );
-    wait_for(&client, &format!("#outcome-{uid}"))
+    wait_for(client, &format!("#outcome-{uid}"))
         .await
         .select_by_value("dismiss")
         .await
         .expect("choose an outcome");
-    type_into(&client, &format!("#reason_code-{uid}"), "psp_dashboard").await;
-    type_into(
-        &client,
-        &format!("#evidence_note-{uid}"),
-        "one charge in the PSP dashboard",
-    )
-    .await;
+    type_into(client, &format!("#reason_code-{uid}"), "psp_dashboard").await;
+    let evidence = "one charge in the PSP dashboard";
+    type_into(client, &format!("#evidence_note-{uid}"), evidence).await;
     click(
-        &client,
+        client,
         &format!("{item} form.propose button[type=\"submit\"]"),
     )
     .await;
     let status = format!("{item} tr[data-proposal] .proposal-status");
-    wait_for_text(&client, &status, "proposed").await;
+    wait_for_text(client, &status, "proposed").await;
 
-    // The proposer cannot approve their own proposal: the server says no.
-    click(&client, &format!("{item} button.approve")).await;
-    let refusal = wait_for_text(&client, "#alert", "same_operator").await;
+    click(client, &format!("{item} button.approve")).await;
+    let refusal = wait_for_text(client, "#alert", "same_operator").await;
     assert!(refusal.contains("403"), "{refusal}");
-    let proposals = world
-        .server
-        .services()
-        .orchestrator
-        .store()
+    let store = world.server.services().orchestrator.store();
+    let proposals = store
         .proposals_for_payment(&world.review_id)
         .await
         .expect("proposals");
@@ -473,39 +469,53 @@ async fn an_operator_finds_a_payment_by_its_psp_reference_reads_its_lanes_and_ne
         proposals[0].status, "proposed",
         "still waiting for a second person"
     );
+    item
+}
 
-    // Bob approves it.
-    sign_out(&client).await;
-    sign_in(&client, &base, &world.bob).await;
-    click(&client, "#nav a[data-section=\"review\"]").await;
-    click(&client, &format!("{item} button.approve")).await;
-    wait_for_text(&client, "#status", "applied").await;
-
-    // The payment page shows the applied proposal and no operator step left.
+/// Bob approves; the payment shows the applied proposal and is out of review.
+async fn approve_as_the_second_operator(client: &Client, world: &World, item: &str) {
+    click(client, "#nav a[data-section=\"review\"]").await;
+    click(client, &format!("{item} button.approve")).await;
+    wait_for_text(client, "#status", "applied").await;
+    let base = world.server.url();
     client
         .goto(&format!("{base}/console#/payments/{}", world.review_id))
         .await
         .expect("open the payment");
-    wait_for_text(&client, "table.proposals .proposal-status", "applied").await;
-    let mover = wait_for(&client, "#next-mover")
+    wait_for_text(client, "table.proposals .proposal-status", "applied").await;
+    let mover = wait_for(client, "#next-mover")
         .await
         .text()
         .await
         .expect("mover");
     assert_ne!(mover, "operator", "the review is resolved");
+    let path = format!("/v1/payments/{}", world.review_id);
     let view = world
         .http
-        .call(
-            Method::GET,
-            &format!("/v1/payments/{}", world.review_id),
-            Some(&world.demo.api_key),
-            None,
-        )
+        .call(Method::GET, &path, Some(&world.demo.api_key), None)
         .await;
     assert_eq!(view.json["manual_review"], false, "{}", view.json);
+}
 
-    client.close().await.expect("close the browser");
-    world.server.shutdown().await.expect("stop the gateway");
+/// A second Stripe-format version serves; the console rolls it back.
+async fn roll_back_an_adapter(client: &Client, world: &World) {
+    let original = digest(&adapter_bytes("stripe"));
+    let variant = with_custom_section(&adapter_bytes("stripe"), "console-test");
+    let uploaded = world.http.upload("stripe", variant, true).await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.json);
+    click(client, "#nav a[data-section=\"adapters\"]").await;
+    click(client, "section[data-adapter=\"stripe\"] button.rollback").await;
+    wait_for_text(client, "#status", "now serves").await;
+    let stripe = world
+        .http
+        .call(Method::GET, "/admin/adapters/stripe", None, None)
+        .await;
+    assert_eq!(
+        stripe.json["active_digest"],
+        original.as_str(),
+        "{}",
+        stripe.json
+    );
 }
 
 /// Takes the screenshots of `docs/console.md` (run once by hand:
@@ -522,6 +532,23 @@ async fn console_screenshots_for_the_docs_are_taken_of_every_main_page() {
     let variant = with_custom_section(&adapter_bytes("stripe"), "console-docs");
     let uploaded = world.http.upload("stripe", variant, true).await;
     assert_eq!(uploaded.status, 200, "{}", uploaded.json);
+    // A pending proposal, so the review page shows one to approve or reject.
+    let proposed = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/review/payments/{}/proposals",
+            world.server.url(),
+            world.review_id
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("Sluice-Operator-Key", &world.alice)
+        .json(
+            &json!({"outcome": "dismiss", "reason_code": "psp_dashboard",
+                      "evidence_note": "one charge in the PSP dashboard"}),
+        )
+        .send()
+        .await
+        .expect("propose");
+    assert_eq!(proposed.status(), 201);
     let driver = spawn_driver(&driver_path).await;
     let client = browser(&driver).await;
     let base = world.server.url();

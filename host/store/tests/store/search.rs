@@ -33,10 +33,10 @@ dual_test! {
         // The same order number at another merchant is another payment.
         let (twin, _) = globex.succeeded(store, "ORD-1", 900).await;
 
-        assert_eq!(ids(&db, &by(&paid.id)).await, vec![paid.id.clone()]);
-        assert_eq!(ids(&db, &by(&attempt.reference)).await, vec![paid.id.clone()]);
-        assert_eq!(ids(&db, &by("pi_ORD-2")).await, vec![other.id.clone()], "the PSP reference");
-        let mut both = ids(&db, &by("ORD-1")).await;
+        assert_eq!(ids(db, &by(&paid.id)).await, vec![paid.id.clone()]);
+        assert_eq!(ids(db, &by(&attempt.reference)).await, vec![paid.id.clone()]);
+        assert_eq!(ids(db, &by("pi_ORD-2")).await, vec![other.id.clone()], "the PSP reference");
+        let mut both = ids(db, &by("ORD-1")).await;
         both.sort();
         let mut expected = vec![paid.id.clone(), twin.id.clone()];
         expected.sort();
@@ -45,10 +45,10 @@ dual_test! {
             merchant_id: Some(acme.merchant.id.clone()),
             ..by("ORD-1")
         };
-        assert_eq!(ids(&db, &only_acme).await, vec![paid.id.clone()]);
-        assert!(ids(&db, &by("nothing-like-it")).await.is_empty());
+        assert_eq!(ids(db, &only_acme).await, vec![paid.id.clone()]);
+        assert!(ids(db, &by("nothing-like-it")).await.is_empty());
         // A prefix is not a match: lookups are exact.
-        assert!(ids(&db, &by("pi_ORD")).await.is_empty());
+        assert!(ids(db, &by("pi_ORD")).await.is_empty());
     }
 }
 
@@ -64,24 +64,24 @@ dual_test! {
         let fresh = acme.payment(store, "FRESH", 100, CaptureMode::Automatic).await;
         let elsewhere = globex.payment(store, "ELSE", 100, CaptureMode::Automatic).await;
 
-        let everything = ids(&db, &PaymentSearch::default()).await;
+        let everything = ids(db, &PaymentSearch::default()).await;
         assert_eq!(everything, vec![elsewhere.id.clone(), fresh.id.clone(), done.id.clone(), old.id.clone()]);
         let created = PaymentSearch {
             merchant_id: Some(acme.merchant.id.clone()),
             state: Some(OrderState::Created),
             ..PaymentSearch::default()
         };
-        assert_eq!(ids(&db, &created).await, vec![fresh.id.clone(), old.id.clone()]);
+        assert_eq!(ids(db, &created).await, vec![fresh.id.clone(), old.id.clone()]);
         let stuck = PaymentSearch {
             created_lte: Some(cutoff),
             ..created.clone()
         };
-        assert_eq!(ids(&db, &stuck).await, vec![old.id.clone()], "only what is older than the cut-off");
+        assert_eq!(ids(db, &stuck).await, vec![old.id.clone()], "only what is older than the cut-off");
         let succeeded = PaymentSearch {
             state: Some(OrderState::Succeeded),
             ..PaymentSearch::default()
         };
-        assert_eq!(ids(&db, &succeeded).await, vec![done.id.clone()]);
+        assert_eq!(ids(db, &succeeded).await, vec![done.id.clone()]);
 
         let mut seen = Vec::new();
         let mut cursor = None;
@@ -112,7 +112,7 @@ dual_test! {
             ("SELECT payment_id FROM refunds WHERE psp_reference = 'x'", "refunds_by_psp_reference"),
             ("SELECT payment_id FROM captures WHERE psp_reference = 'x'", "captures_by_psp_reference"),
         ] {
-            let plan = plan(&db, sql).await;
+            let plan = plan(db, sql).await;
             assert!(plan.iter().any(|line| line.contains(index)), "{sql}: {plan:?}");
         }
     }
