@@ -242,15 +242,17 @@ pub fn console_banner(gateway_url: &str, setup: &DemoSetup, operators: &[DemoOpe
         .map(|(_, id)| id.as_str())
         .unwrap_or("<connector account>");
     out.push_str(&format!(
-        "\nTry this: a timeout that converges. The sandbox commits this payment but never \
-         answers the call, so the attempt is UNKNOWN:\n  curl -s {gateway_url}/v1/payments \\\n    \
+        "\nTry this: a timeout that converges. The sandbox charges this payment but holds its \
+         answer past the gateway's call deadline (the curl returns after about 15 s):\n  \
+         curl -s {gateway_url}/v1/payments \\\n    \
          -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n    \
          -H 'Idempotency-Key: demo-timeout-1' \\\n    -d '{{\"amount\": 2500, \"currency\": \"EUR\", \
          \"merchant_order_no\": \"timeout-1\", \"connector_account\": \"{account}\", \
          \"payment_method\": \"pm_sluice_commit_then_timeout\", \"confirm\": true}}'\n  \
-         Then search for timeout-1 in the console: the next box says the scanner queries the PSP \
-         with the attempt's reference and when; reload after that time and the attempt lane shows \
-         the query's answer moving it to SUCCEEDED.\n",
+         Meanwhile search timeout-1 in the console and reload: the attempt lane shows it \
+         submitted, then SUCCEEDED by the PSP's webhook, then the call's timeout \
+         (RESULT_UNKNOWN) ignored as stale, dashed. Had no webhook come, the next box would \
+         show the recovery scanner's query with the attempt's reference and when it is due.\n",
         setup.api_key
     ));
     out
