@@ -179,6 +179,7 @@ async function render() {
     $("admin-token").focus();
     return;
   }
+  $("who").textContent = "signed in with your operator key";
   const { section, id } = route();
   for (const link of document.querySelectorAll("#nav a")) {
     if (link.dataset.section === section) link.setAttribute("aria-current", "page");
