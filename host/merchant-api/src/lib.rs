@@ -24,6 +24,7 @@ pub mod limits;
 pub mod openapi;
 pub mod operations;
 pub mod payments;
+pub mod payments_admin;
 pub mod requests;
 pub mod review;
 pub mod routing_admin;
@@ -190,6 +191,10 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(review::approve_proposal))
         .routes(routes!(review::reject_proposal))
         .routes(routes!(evidence::webhook_raw_body))
+        .routes(routes!(payments_admin::search_payments))
+        .routes(routes!(payments_admin::payment_stats))
+        .routes(routes!(payments_admin::admin_payment))
+        .routes(routes!(payments_admin::admin_timeline))
         .routes(routes!(fulfillment_admin::put_fulfillment_endpoint))
         .routes(routes!(
             routing_admin::put_routing_config,

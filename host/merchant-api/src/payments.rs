@@ -270,7 +270,7 @@ pub async fn timeline(
 }
 
 /// The page a timeline request asks for: its size and the row it follows.
-fn timeline_page(query: &TimelineQuery) -> Result<(i64, Option<i64>), ApiError> {
+pub(crate) fn timeline_page(query: &TimelineQuery) -> Result<(i64, Option<i64>), ApiError> {
     let limit = query.limit.unwrap_or(req::DEFAULT_TIMELINE_PAGE);
     if !(1..=req::MAX_TIMELINE_PAGE).contains(&limit) {
         return Err(ApiError::invalid(

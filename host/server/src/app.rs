@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use crate::adapters::AdapterManager;
 use crate::auth::{require_admin, AdminAuth};
 use crate::error::ApiError;
-use crate::{admin, health, releases};
+use crate::{admin, console, health, releases};
 
 /// Largest adapter component the admin API accepts.
 pub const MAX_ADAPTER_UPLOAD_BYTES: usize = 32 * 1024 * 1024;
@@ -89,10 +89,19 @@ fn health_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
 }
 
+/// The operations console's files (no data in them: served without credentials).
+fn console_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(console::page))
+        .routes(routes!(console::script))
+        .routes(routes!(console::stylesheet))
+}
+
 /// The OpenAPI description of [`router`]'s routes.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, doc) = OpenApiRouter::new()
         .merge(health_routes())
+        .merge(console_routes())
         .merge(adapter_admin_routes())
         .split_for_parts();
     doc
@@ -106,9 +115,11 @@ pub fn router(state: AppState) -> Router {
         require_admin,
     ));
     let (health, _) = health_routes().split_for_parts();
+    let (console, _) = console_routes().split_for_parts();
 
     Router::new()
         .merge(health)
+        .merge(console)
         .merge(admin)
         .fallback(|| async { ApiError::route_not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })

@@ -133,6 +133,19 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
     )
     .await?;
     banner.push_str(&crate::demo_setup::payment_banner(&server.url(), &demo));
+    let operators = crate::demo_setup::create_operators(
+        services.orchestrator.store(),
+        &services.merchant_api.pepper,
+        &demo,
+    )
+    .await?;
+    banner.push_str(&crate::demo_setup::console_banner(
+        &server.url(),
+        &demo,
+        &operators,
+    ));
+    // Last, so whoever reads the banner (a person, the CLI test) has all of it.
+    banner.push_str("\nPress ctrl-c to stop.\n");
     std::io::stdout()
         .lock()
         .write_all(banner.as_bytes())
@@ -210,8 +223,6 @@ pub fn demo_banner(config: &Config, url: &str, report: &StartupReport) -> String
     out.push_str(&format!(
         "  SLUICE_ADMIN_TOKEN={token} cargo run -q -p sluice-server --bin sluice -- adapter --url {url} list\n"
     ));
-    // Placeholder for later issues: the sandbox PSP and a demo merchant.
-    out.push_str("\nPress ctrl-c to stop.\n");
     out
 }
 

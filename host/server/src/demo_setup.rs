@@ -40,6 +40,37 @@ pub struct DemoSetup {
     pub accounts: Vec<(String, String)>,
 }
 
+/// An operator the demo created for the console: (name, key shown once).
+pub type DemoOperator = (String, String);
+
+/// Two operators, so the console's two-person rule can be tried: one
+/// proposes a review resolution, the other approves it. Operator names are
+/// unique and the data dir outlives a demo run, so each run's names carry a
+/// suffix of its own (from the demo merchant's id, minted fresh each run).
+pub async fn create_operators(
+    store: &Store,
+    pepper: &ApiKeyPepper,
+    setup: &DemoSetup,
+) -> Result<Vec<DemoOperator>, DemoError> {
+    let suffix: String = setup
+        .merchant_id
+        .chars()
+        .rev()
+        .take(6)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let mut operators = Vec::new();
+    for name in ["alice", "bob"] {
+        let issued = store
+            .create_operator(&format!("{name}-{suffix}"), pepper)
+            .await?;
+        operators.push((issued.operator.name.clone(), issued.key.clone()));
+    }
+    Ok(operators)
+}
+
 /// Start the sandbox PSP and create a demo merchant whose connector
 /// accounts point at it; the sandbox's webhooks go to `gateway_url`.
 pub async fn set_up(
@@ -191,5 +222,38 @@ pub fn payment_banner(gateway_url: &str, setup: &DemoSetup) -> String {
         setup.sandbox.base_url()
     ));
     out.push_str("\nOther test tokens: pm_card_chargeDeclined (decline), pm_sluice_commit_then_timeout (timeout that converges), pm_card_threeDSecureRequired (requires action).\n");
+    out
+}
+
+/// The part of the banner that shows the operations console: where it is,
+/// how to sign in, and a timeout converging in it.
+pub fn console_banner(gateway_url: &str, setup: &DemoSetup, operators: &[DemoOperator]) -> String {
+    let mut out = format!(
+        "\nOperations console: {gateway_url}/console\n  Sign in with the admin token above and \
+         one of these operator keys (one operator proposes a review resolution, the other \
+         approves it):\n"
+    );
+    for (name, key) in operators {
+        out.push_str(&format!("    {name:<14} {key}\n"));
+    }
+    let account = setup
+        .accounts
+        .first()
+        .map(|(_, id)| id.as_str())
+        .unwrap_or("<connector account>");
+    out.push_str(&format!(
+        "\nTry this: a timeout that converges. The sandbox charges this payment but holds its \
+         answer past the gateway's call deadline (the curl returns after about 15 s):\n  \
+         curl -s {gateway_url}/v1/payments \\\n    \
+         -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n    \
+         -H 'Idempotency-Key: demo-timeout-1' \\\n    -d '{{\"amount\": 2500, \"currency\": \"EUR\", \
+         \"merchant_order_no\": \"timeout-1\", \"connector_account\": \"{account}\", \
+         \"payment_method\": \"pm_sluice_commit_then_timeout\", \"confirm\": true}}'\n  \
+         Meanwhile search timeout-1 in the console and reload: the attempt lane shows it \
+         submitted, then SUCCEEDED by the PSP's webhook, then the call's timeout \
+         (RESULT_UNKNOWN) ignored as stale, dashed. Had no webhook come, the next box would \
+         show the recovery scanner's query with the attempt's reference and when it is due.\n",
+        setup.api_key
+    ));
     out
 }

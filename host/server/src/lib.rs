@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod console;
 pub mod demo_setup;
 pub mod error;
 pub mod health;

@@ -54,7 +54,7 @@ pub use history::{AdapterIdentity, HistoryEntry, Provenance};
 pub use idempotency::{IdempotencyBegin, IdempotencyRecord};
 pub use ids::{keyed_capture_reference, keyed_refund_reference};
 pub use inbox::{InboxEntry, InboxInsert, NewInboxEvent};
-pub use listing::PaymentFilter;
+pub use listing::{PaymentFilter, PaymentSearch, MAX_SEARCH_PAGE};
 pub use merchants::{
     AccountPause, ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, IssuedApiKey,
     Merchant, NewConnectorAccount,

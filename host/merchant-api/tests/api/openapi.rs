@@ -85,7 +85,8 @@ async fn the_review_queue_takes_its_filters_from_the_query_string() {
 }
 
 #[tokio::test]
-async fn the_review_routes_need_the_operator_key_together_with_the_admin_token() {
+async fn the_review_and_operator_payment_routes_need_the_operator_key_together_with_the_admin_token(
+) {
     let gw = Gateway::start(test_db(Backend::Sqlite).await).await;
     let doc = served(&gw).await;
     let scheme = &doc["components"]["securitySchemes"]["operator_key"];
@@ -94,9 +95,15 @@ async fn the_review_routes_need_the_operator_key_together_with_the_admin_token()
     assert_eq!(scheme["name"], "Sluice-Operator-Key", "{scheme}");
     let review: Vec<_> = operations(&doc)
         .into_iter()
-        .filter(|(_, path, _)| path.starts_with("/admin/review/"))
+        .filter(|(_, path, _)| {
+            path.starts_with("/admin/review/") || path.starts_with("/admin/payments")
+        })
         .collect();
-    assert_eq!(review.len(), 6);
+    assert_eq!(
+        review.len(),
+        10,
+        "6 review routes, 4 payment routes of the console"
+    );
     for (method, path, op) in review {
         assert_eq!(
             op["security"],

@@ -343,6 +343,33 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
         .await
         .expect("list adapters of the demo gateway");
     assert_eq!(list.status(), reqwest::StatusCode::OK);
+    // The console's sign-in from the banner works: its URL serves the page,
+    // and the admin token with a printed operator key reads the admin API.
+    let console = banner
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Operations console:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no console URL in the banner:\n{banner}"));
+    assert_eq!(console, format!("{url}/console"));
+    let page = reqwest::get(console).await.expect("GET the console");
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let operator_key = banner
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("alice-"))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no operator key in the banner:\n{banner}"));
+    let stats = reqwest::Client::new()
+        .get(format!("{url}/admin/payments/stats"))
+        .bearer_auth(&token)
+        .header("Sluice-Operator-Key", operator_key)
+        .send()
+        .await
+        .expect("the console's first call");
+    assert_eq!(stats.status(), reqwest::StatusCode::OK);
+    assert!(
+        banner.contains("pm_sluice_commit_then_timeout"),
+        "the banner shows a timeout converging:\n{banner}"
+    );
     let list: serde_json::Value = list.json().await.unwrap();
     assert_eq!(adapter(&list, "stripe")["status"], "active");
 

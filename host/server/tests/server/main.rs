@@ -8,6 +8,7 @@
 mod admin_api;
 mod cli;
 mod common;
+mod console;
 mod kill;
 mod metrics;
 mod openapi;

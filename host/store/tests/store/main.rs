@@ -14,5 +14,6 @@ mod money;
 mod queues;
 mod review;
 mod schema;
+mod search;
 mod secrets;
 mod tenants;
