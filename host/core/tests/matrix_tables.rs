@@ -432,7 +432,8 @@ fn check_reconciliation_against_operator<S: Copy + Debug + PartialEq>(
         for kind in EventKind::ALL {
             let got = summarize(&decide(*state, &event(*kind, E::Reconciliation)));
             let operator = summarize(&decide(*state, &event(*kind, E::Operator)));
-            let expected = if reconciliation_may_not(*state == unknown, *kind) && operator != Wrong {
+            let expected = if reconciliation_may_not(*state == unknown, *kind) && operator != Wrong
+            {
                 Evid
             } else {
                 operator
