@@ -46,6 +46,7 @@ pub mod fulfillment;
 pub mod inbox;
 mod metrics;
 mod orchestrator;
+pub mod reconcile;
 pub mod transport;
 pub mod webhook;
 
@@ -62,5 +63,6 @@ pub use fulfillment::FulfillmentStep;
 pub use inbox::{InboxRound, Replayed};
 pub use metrics::register_metrics;
 pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};
+pub use reconcile::{ReconcileRequest, Reconciled};
 pub use transport::{CallBudget, PspTransport, ReqwestTransport};
 pub use webhook::{InboxReceipt, RejectionKind, WebhookOutcome};

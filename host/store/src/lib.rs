@@ -62,7 +62,7 @@ pub use payments::{
     PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
 pub use reconciliation::{
-    DifferenceFilter, NewDifference, NewReconciliationRun, ReconciliationRun, Resolution,
+    DifferenceFilter, NewDifference, NewReconciliationRun, ReconciliationRun, Resolution, RunKey,
     RunStatus, StoredDifference, UnresolvedClass,
 };
 pub use refusals::{NewScopeRefusal, RefusalSource, ScopeRefusal};

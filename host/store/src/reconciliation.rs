@@ -75,6 +75,24 @@ impl Resolution {
     }
 }
 
+/// What identifies a run: its inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunKey {
+    pub connector_account_id: String,
+    pub period_start: i64,
+    pub period_end: i64,
+    pub report_digest: String,
+}
+
+fn key_of(new: &NewReconciliationRun) -> RunKey {
+    RunKey {
+        connector_account_id: new.connector_account_id.clone(),
+        period_start: new.period_start,
+        period_end: new.period_end,
+        report_digest: new.report_digest.clone(),
+    }
+}
+
 /// A run to record.
 #[derive(Debug, Clone)]
 pub struct NewReconciliationRun {
@@ -192,7 +210,7 @@ impl Store {
                 "the period must start before it ends".into(),
             ));
         }
-        if let Some(run) = self.find_reconciliation_run(new).await? {
+        if let Some(run) = self.reconciliation_run_for(&key_of(new)).await? {
             return Ok((run, false));
         }
         let id = ids::mint("rec");
@@ -222,7 +240,7 @@ impl Store {
         if inserted.rows_affected() == 0 {
             // Another caller recorded the same report first: theirs stands.
             tx.rollback().await?;
-            let run = self.find_reconciliation_run(new).await?;
+            let run = self.reconciliation_run_for(&key_of(new)).await?;
             return run.map(|r| (r, false)).ok_or_else(|| {
                 StoreError::corrupt("reconciliation_runs", "a conflicting run vanished")
             });
@@ -236,18 +254,19 @@ impl Store {
             .ok_or_else(|| StoreError::not_found("reconciliation run", id))
     }
 
-    async fn find_reconciliation_run(
+    /// The run recorded for these inputs, if any.
+    pub async fn reconciliation_run_for(
         &self,
-        new: &NewReconciliationRun,
+        key: &RunKey,
     ) -> Result<Option<ReconciliationRun>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {RUN_COLS} FROM reconciliation_runs WHERE connector_account_id = $1 \
              AND period_start = $2 AND period_end = $3 AND report_digest = $4"
         ))
-        .bind(&new.connector_account_id)
-        .bind(new.period_start)
-        .bind(new.period_end)
-        .bind(&new.report_digest)
+        .bind(&key.connector_account_id)
+        .bind(key.period_start)
+        .bind(key.period_end)
+        .bind(&key.report_digest)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(run_from).transpose()

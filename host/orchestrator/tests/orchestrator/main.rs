@@ -11,6 +11,7 @@ mod exfiltration;
 mod failover;
 mod money;
 mod payments;
+mod reconciliation;
 mod resend;
 mod sandbox_e2e;
 mod webhooks;
