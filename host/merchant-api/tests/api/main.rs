@@ -14,6 +14,7 @@ mod idempotency;
 mod openapi;
 mod operations;
 mod payments;
+mod reconciliation;
 mod review;
 mod timeline;
 mod webhooks;
