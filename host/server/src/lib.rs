@@ -21,5 +21,6 @@ pub mod openapi;
 pub mod payment_services;
 pub mod payments_cli;
 pub mod pending_metrics;
+pub mod reconcile_cli;
 pub mod server;
 pub mod telemetry;
