@@ -155,7 +155,10 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
         get(r#"sluice_reconciliation_unresolved_amount_minor{class="duplicate"}"#),
         0.0
     );
-    assert_eq!(get("sluice_reconciliation_oldest_unresolved_age_seconds"), 0.0);
+    assert_eq!(
+        get("sluice_reconciliation_oldest_unresolved_age_seconds"),
+        0.0
+    );
     // Per adapter, connector account and payment method (seed 001 §11).
     let sale = [
         r#"adapter="stripe""#,
