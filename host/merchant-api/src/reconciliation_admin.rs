@@ -226,12 +226,26 @@ pub async fn create_run(
     State(state): State<MerchantApiState>,
     ApiJson(body): ApiJson<CreateRunRequest>,
 ) -> Result<Response, ApiError> {
-    if !req::looks_like_id(&body.connector_account) {
-        return Err(ApiError::missing(
+    // The account first: a report for no account of ours is a 404, whatever
+    // else is wrong with the request.
+    let missing = || {
+        ApiError::missing(
             "resource_missing",
             "connector_account",
             "no such connector account",
-        ));
+        )
+    };
+    if !req::looks_like_id(&body.connector_account) {
+        return Err(missing());
+    }
+    match state
+        .store
+        .get_connector_account(&body.connector_account, None)
+        .await
+    {
+        Ok(_) => {}
+        Err(sluice_store::StoreError::NotFound { .. }) => return Err(missing()),
+        Err(error) => return Err(error.into()),
     }
     if body.report_base64.len() > MAX_REPORT_BASE64_CHARS {
         return Err(ApiError::invalid(
