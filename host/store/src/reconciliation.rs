@@ -1,4 +1,4 @@
-//! Reconciliation runs and their differences (issue 14, migration 0018).
+//! Reconciliation runs and their differences (issue 14, migration 0019).
 //!
 //! A run is identified by its inputs: connector account, period and the
 //! report's digest. Recording the same inputs again finds the existing run and
