@@ -77,6 +77,10 @@ text_enum! {
         Query => "query",
         /// A controlled, two-person-approved human correction.
         Operator => "operator",
+        /// A line of the PSP's settlement report (issue 14): proof that money
+        /// moved. It may close an open item as the success the PSP booked,
+        /// never as a failure, and never leaves a terminal state.
+        Reconciliation => "reconciliation",
     }
 }
 

@@ -36,6 +36,9 @@
 //! - [`explain`]: what happens next to a payment (issue 16): who moves each
 //!   open aggregate, when, with which reference, and the money held, from
 //!   stored facts and the recovery and fulfillment policies.
+//! - [`reconcile`]: our records of one account and period against the PSP's
+//!   settlement report, joined by stable identities only; every difference
+//!   classified, with its one safe repair or none (issue 14).
 //! - [`retry_budget`]: the scanner's retry budget per PSP, a token bucket
 //!   over the caller's clock, and how far a row it refuses is pushed.
 //!
@@ -78,6 +81,7 @@ pub mod fulfillment;
 pub mod matrix;
 pub mod money;
 pub mod projection;
+pub mod reconcile;
 pub mod recovery;
 pub mod retry_budget;
 pub mod routing;
@@ -117,6 +121,10 @@ pub use fulfillment::{
 pub use money::{Currency, Money, MoneyError};
 pub use projection::{
     client_status, refund_client_status, refund_reason, ClientStatus, PaymentView,
+};
+pub use reconcile::{
+    reconcile, Difference, DifferenceClass, LineType, OurAction, OurAttempt, OurFulfillment,
+    OurRecords, PspLine, Reconciliation, SafeRepair,
 };
 pub use recovery::{
     authorization_expires_at, decide_recovery, decide_resend, outbox_retry_delay,

@@ -23,6 +23,11 @@
 //!   UNKNOWN. It may not report progress, and it can never leave a terminal
 //!   state: a terminal state contradicted by an operator is a reconciliation
 //!   case, corrected by a new money movement (e.g. a refund), never an edit.
+//! - Reconciliation evidence (a settlement report's line, issue 14) is
+//!   accepted wherever any evidence is, and closes an UNKNOWN only as the
+//!   success the PSP booked (payment, refund, capture): a settlement report
+//!   shows money that moved, so it proves no failure. Like an operator's, it
+//!   never reports progress and never leaves a terminal state.
 //! - RESULT_UNKNOWN from REQUIRES_ACTION or AUTHORIZED is stale: we already
 //!   know more than "no answer", and the scanner queries those states anyway.
 
@@ -113,14 +118,24 @@ pub fn resolve<S: PartialEq>(
 use EventKind as K;
 use EvidenceSource as E;
 
-/// Any evidence, including an operator's.
-pub const ANY: &[EvidenceSource] = &[E::SyncResponse, E::Webhook, E::Query, E::Operator];
+/// Any evidence, including an operator's and a settlement report's.
+pub const ANY: &[EvidenceSource] = &[
+    E::SyncResponse,
+    E::Webhook,
+    E::Query,
+    E::Operator,
+    E::Reconciliation,
+];
 /// Evidence from the PSP (not an operator): progress may only be reported by the PSP.
 pub const PSP: &[EvidenceSource] = &[E::SyncResponse, E::Webhook, E::Query];
 /// Verified evidence that may resolve an UNKNOWN into progress.
 pub const VERIFIED: &[EvidenceSource] = &[E::Webhook, E::Query];
 /// Verified evidence or an operator correction: what may close an UNKNOWN.
 pub const VERIFIED_OR_OPERATOR: &[EvidenceSource] = &[E::Webhook, E::Query, E::Operator];
+/// What may close an UNKNOWN as a success: verified evidence, an operator
+/// correction, or the PSP's settlement report booking the money.
+pub const VERIFIED_OPERATOR_OR_SETTLED: &[EvidenceSource] =
+    &[E::Webhook, E::Query, E::Operator, E::Reconciliation];
 
 /// The event kinds an attempt decides on (after capture-mode normalisation).
 pub const ATTEMPT_KINDS: &[EventKind] = &[
@@ -215,7 +230,7 @@ pub static ATTEMPT_MATRIX: &[Row<AttemptState>] = {
         // Seed §3 row 4: money taken (sale). Operator may assert it (controlled correction).
         Row { from: OPEN, kinds: &[K::PaymentSucceeded], evidence: ANY, outcome: To(A::Succeeded), effects: SUCCESS_EFFECTS, rule: "money taken: the sale succeeded" },
         // Seed §5: a verified query or webhook success converges UNKNOWN to SUCCEEDED.
-        Row { from: &[A::Unknown], kinds: &[K::PaymentSucceeded], evidence: VERIFIED_OR_OPERATOR, outcome: To(A::Succeeded), effects: SUCCESS_EFFECTS, rule: "verified success resolves UNKNOWN" },
+        Row { from: &[A::Unknown], kinds: &[K::PaymentSucceeded], evidence: VERIFIED_OPERATOR_OR_SETTLED, outcome: To(A::Succeeded), effects: SUCCESS_EFFECTS, rule: "verified success resolves UNKNOWN" },
         // The PSP reports the authorization captured. Amounts move only through
         // capture records, so this moves none (refunds check captured amounts,
         // so nothing can be over-refunded meanwhile).
@@ -286,7 +301,7 @@ pub static REFUND_MATRIX: &[Row<RefundState>] = {
         Row { from: &[R::Unknown], kinds: &[K::RefundProcessing], evidence: VERIFIED, outcome: To(R::Processing), effects: &[], rule: "verified: the PSP has the refund" },
         // Seed §6: success moves the reservation into refunded.
         Row { from: &[R::Created, R::Processing], kinds: &[K::RefundSucceeded], evidence: ANY, outcome: To(R::Succeeded), effects: SETTLE, rule: "refund succeeded: reservation becomes refunded" },
-        Row { from: &[R::Unknown], kinds: &[K::RefundSucceeded], evidence: VERIFIED_OR_OPERATOR, outcome: To(R::Succeeded), effects: SETTLE, rule: "verified success resolves UNKNOWN: reservation becomes refunded" },
+        Row { from: &[R::Unknown], kinds: &[K::RefundSucceeded], evidence: VERIFIED_OPERATOR_OR_SETTLED, outcome: To(R::Succeeded), effects: SETTLE, rule: "verified success resolves UNKNOWN: reservation becomes refunded" },
         // Seed §6: a definitive failure releases the reservation.
         Row { from: &[R::Created, R::Processing], kinds: &[K::RefundFailed], evidence: ANY, outcome: To(R::Failed), effects: RELEASE, rule: "refund definitively failed: reservation released" },
         Row { from: &[R::Unknown], kinds: &[K::RefundFailed], evidence: VERIFIED_OR_OPERATOR, outcome: To(R::Failed), effects: RELEASE, rule: "verified failure resolves UNKNOWN: reservation released" },
@@ -317,7 +332,7 @@ pub static CAPTURE_MATRIX: &[Row<CaptureState>] = {
         Row { from: &[C::Unknown], kinds: &[K::PaymentProcessing], evidence: VERIFIED, outcome: To(C::Processing), effects: &[], rule: "verified: the PSP has the capture" },
         Row { from: &[C::Unknown], kinds: &[K::AttemptSubmitted], evidence: ANY, outcome: Stale, effects: &[], rule: "'submitted' is older news than UNKNOWN" },
         Row { from: &[C::Created, C::Processing], kinds: &[K::PaymentCaptured], evidence: ANY, outcome: To(C::Succeeded), effects: SETTLE, rule: "capture succeeded: reservation becomes captured" },
-        Row { from: &[C::Unknown], kinds: &[K::PaymentCaptured], evidence: VERIFIED_OR_OPERATOR, outcome: To(C::Succeeded), effects: SETTLE, rule: "verified success resolves UNKNOWN: reservation becomes captured" },
+        Row { from: &[C::Unknown], kinds: &[K::PaymentCaptured], evidence: VERIFIED_OPERATOR_OR_SETTLED, outcome: To(C::Succeeded), effects: SETTLE, rule: "verified success resolves UNKNOWN: reservation becomes captured" },
         Row { from: &[C::Created, C::Processing], kinds: &[K::CaptureFailed], evidence: ANY, outcome: To(C::Failed), effects: RELEASE, rule: "capture definitively failed: reservation released" },
         Row { from: &[C::Unknown], kinds: &[K::CaptureFailed], evidence: VERIFIED_OR_OPERATOR, outcome: To(C::Failed), effects: RELEASE, rule: "verified failure resolves UNKNOWN: reservation released" },
         Row { from: &[C::Created, C::Processing], kinds: &[K::ResultUnknown], evidence: PSP, outcome: To(C::Unknown), effects: &[Fx::ScheduleQuery], rule: "no answer: keep the reservation, query" },

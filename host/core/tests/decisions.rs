@@ -586,6 +586,6 @@ fn the_rendered_matrix_lists_every_row_in_match_order() {
     let text = matrix::to_markdown(matrix::ATTEMPT_MATRIX);
     assert_eq!(text.lines().count(), matrix::ATTEMPT_MATRIX.len() + 2);
     assert!(text.contains(
-        "| UNKNOWN | PAYMENT_SUCCEEDED | webhook, query, operator | → SUCCEEDED | RecordSale, emit payment.succeeded | verified success resolves UNKNOWN |"
+        "| UNKNOWN | PAYMENT_SUCCEEDED | webhook, query, operator, reconciliation | → SUCCEEDED | RecordSale, emit payment.succeeded | verified success resolves UNKNOWN |"
     ));
 }

@@ -408,3 +408,75 @@ fn capture_matrix_lets_an_operator_close_but_not_report_progress() {
     ]);
     check_grid("capture/operator", &CAPTURE_COLUMNS, &grid, decide_capture_in, |k| event(k, E::Operator));
 }
+
+/// Where a settlement report's evidence decides differently from an
+/// operator's: it closes an UNKNOWN only as a success, so the failure and
+/// cancellation of an UNKNOWN item are not its to decide.
+fn reconciliation_may_not(state_is_unknown: bool, kind: EventKind) -> bool {
+    state_is_unknown
+        && matches!(
+            kind,
+            K::PaymentFailed | K::PaymentCanceled | K::RefundFailed | K::CaptureFailed
+        )
+}
+
+/// Compare reconciliation evidence with an operator's, cell by cell.
+fn check_reconciliation_against_operator<S: Copy + Debug + PartialEq>(
+    name: &str,
+    states: &[S],
+    unknown: S,
+    decide: impl Fn(S, &PaymentEvent) -> Decision<S>,
+) {
+    let mut wrong = Vec::new();
+    for state in states {
+        for kind in EventKind::ALL {
+            let got = summarize(&decide(*state, &event(*kind, E::Reconciliation)));
+            let operator = summarize(&decide(*state, &event(*kind, E::Operator)));
+            let expected = if reconciliation_may_not(*state == unknown, *kind) && operator != Wrong
+            {
+                Evid
+            } else {
+                operator
+            };
+            if got != expected {
+                wrong.push(format!(
+                    "{state:?} + {kind}: expected {expected:?}, got {got:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{name}:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_settlement_report_closes_open_items_only_as_the_success_it_booked_and_never_leaves_a_terminal_state(
+) {
+    check_reconciliation_against_operator(
+        "attempt",
+        &ATTEMPT_COLUMNS,
+        A::Unknown,
+        decide_attempt_in(CaptureMode::Manual),
+    );
+    check_reconciliation_against_operator("refund", &REFUND_COLUMNS, R::Unknown, decide_refund_in);
+    check_reconciliation_against_operator(
+        "capture",
+        &CAPTURE_COLUMNS,
+        C::Unknown,
+        decide_capture_in,
+    );
+    // The cells that matter most, spelled out.
+    let decide = decide_attempt_in(CaptureMode::Manual);
+    let success = event(K::PaymentSucceeded, E::Reconciliation);
+    assert_eq!(
+        summarize(&decide(A::Unknown, &success)),
+        To(A::Succeeded, OSU)
+    );
+    assert_eq!(summarize(&decide(A::Failed, &success)), Rec);
+    assert_eq!(summarize(&decide(A::Succeeded, &success)), Dup);
+    let refund = event(K::RefundSucceeded, E::Reconciliation);
+    assert!(matches!(
+        summarize(&decide_refund_in(R::Unknown, &refund)),
+        To(R::Succeeded, _)
+    ));
+    assert_eq!(summarize(&decide_refund_in(R::Failed, &refund)), Rec);
+}

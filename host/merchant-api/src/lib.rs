@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod operations;
 pub mod payments;
 pub mod payments_admin;
+pub mod reconciliation_admin;
 pub mod requests;
 pub mod review;
 pub mod routing_admin;
@@ -203,7 +204,20 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(health_admin::account_health))
         .routes(routes!(health_admin::pause_account))
         .routes(routes!(health_admin::resume_account))
+        .routes(routes!(reconciliation_admin::get_run))
+        .routes(routes!(reconciliation_admin::list_differences))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .merge(reconciliation_upload())
+}
+
+/// The report upload: the one admin route with a larger body (a settlement
+/// report, base64), so it carries its own limit.
+fn reconciliation_upload() -> OpenApiRouter<MerchantApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(reconciliation_admin::create_run))
+        .layer(DefaultBodyLimit::max(
+            reconciliation_admin::MAX_UPLOAD_BODY_BYTES,
+        ))
 }
 
 fn document_routes() -> OpenApiRouter {

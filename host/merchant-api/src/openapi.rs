@@ -517,6 +517,31 @@ pub mod fields {
         );
         timeline_cursor => integer(false, 0, i64::MAX).build(),
             "The `next_cursor` of the previous page: rows recorded after it.";
+        recon_period_start => integer(false, 0, i64::MAX).build(),
+            "Start of the report's period, Unix milliseconds (inclusive).";
+        recon_period_end => integer(false, 1, i64::MAX).build(), format!(
+            "End of the period, Unix milliseconds (exclusive): after `period_start`, at most \
+             {} ms (92 days) later.", sluice_orchestrator::reconcile::MAX_PERIOD_MS
+        );
+        report_base64 => string(false)
+            .min_length(Some(4))
+            .max_length(Some(crate::reconciliation_admin::MAX_REPORT_BASE64_CHARS))
+            .pattern(Some("^[A-Za-z0-9+/]+={0,2}$"))
+            .build(), format!(
+            "The PSP's report file as it was downloaded (CSV), standard base64 with padding; \
+             at most {} bytes once decoded.", sluice_orchestrator::reconcile::MAX_REPORT_BYTES
+        );
+        recon_class => string(false)
+            .enum_values(Some(sluice_core::DifferenceClass::ALL.iter().map(|c| c.as_str())))
+            .build(), "Only differences of this class.";
+        recon_resolved => ObjectBuilder::new().schema_type(SchemaType::Type(Type::Boolean)).build(),
+            "`true`: only differences repaired through the door; `false`: only those open or in review.";
+        recon_limit => integer(false, 1, crate::reconciliation_admin::MAX_PAGE).build(), format!(
+            "Differences per page, 1 to {}, default 100.", crate::reconciliation_admin::MAX_PAGE
+        );
+        recon_account => id(false), "The connector account (id) whose report it is.";
+        recon_cursor => integer(false, 0, i64::MAX).build(),
+            "The `next_cursor` of the previous page: differences recorded after it.";
     }
 }
 

@@ -279,7 +279,8 @@ pub struct TimelineEvent {
     pub aggregate_id: String,
     /// `EventKind` of the evidence (`PAYMENT_SUCCEEDED`, ...) or a command.
     pub event_kind: String,
-    /// `sync_response`, `webhook`, `query`, `operator`, `command`, ...
+    /// `sync_response`, `webhook`, `query`, `operator`, `reconciliation` (a line of
+    /// the PSP's settlement report), `command`, ...
     pub source: String,
     /// True when the event changed the aggregate.
     pub accepted: bool,

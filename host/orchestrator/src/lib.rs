@@ -48,6 +48,7 @@ mod metrics;
 mod orchestrator;
 mod releases;
 pub mod shadow;
+pub mod reconcile;
 pub mod transport;
 pub mod webhook;
 
@@ -66,5 +67,6 @@ pub use metrics::register_metrics;
 pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};
 pub use releases::Tally as CanaryTally;
 pub use shadow::{ShadowOperation, ShadowTally};
+pub use reconcile::{ReconcileRequest, Reconciled};
 pub use transport::{CallBudget, PspTransport, ReqwestTransport};
 pub use webhook::{InboxReceipt, RejectionKind, WebhookOutcome};

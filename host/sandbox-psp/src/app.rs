@@ -230,6 +230,22 @@ impl App {
         Some(notices_for(self.config.clock.now_secs(), &p, &[r], &[h]))
     }
 
+    /// A settlement report of one account and period from the ledger.
+    pub fn settlement_report(
+        &self,
+        format: Format,
+        request: &crate::reports::ReportRequest,
+    ) -> String {
+        let (payments, refunds) = {
+            let ledger = lock(&self.ledger);
+            (ledger.all_payments(), ledger.all_refunds())
+        };
+        match format {
+            Format::Stripe => crate::reports::stripe_report(request, &payments, &refunds),
+            Format::Adyen => crate::reports::adyen_report(request, &payments, &refunds),
+        }
+    }
+
     /// Settles every pending payment and refund now; returns how many settled.
     pub fn settle_all_pending(&self) -> usize {
         let (payments, refunds) = {

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::app::App;
-use crate::config::{DeliveryFaults, RefundBehaviour, WebhookTarget};
+use crate::config::{DeliveryFaults, Format, RefundBehaviour, WebhookTarget};
+use crate::reports::ReportRequest;
 use crate::util::lock;
 
 pub fn routes() -> Router<Arc<App>> {
@@ -51,6 +52,7 @@ pub fn routes() -> Router<Arc<App>> {
             put(set_account_faults).delete(clear_account_faults),
         )
         .route("/settle_pending", post(settle_pending))
+        .route("/settlement_reports/{format}", post(settlement_report))
         .route("/wait_idle", post(wait_idle))
 }
 
@@ -272,6 +274,16 @@ async fn set_refund_behaviour(
 ) -> Response {
     lock(&app.ledger).refund_behaviour = body.behaviour;
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// The report as `text/csv`; the body is a [`ReportRequest`].
+async fn settlement_report(
+    State(app): State<Arc<App>>,
+    Path(format): Path<Format>,
+    Json(request): Json<ReportRequest>,
+) -> Response {
+    let csv = app.settlement_report(format, &request);
+    ([(axum::http::header::CONTENT_TYPE, "text/csv")], csv).into_response()
 }
 
 async fn settle_pending(State(app): State<Arc<App>>) -> Response {

@@ -20,6 +20,7 @@ pub mod faults;
 mod idempotency;
 mod model;
 mod notices;
+pub mod reports;
 pub mod signing;
 mod stripe;
 mod util;
@@ -257,6 +258,13 @@ impl SandboxHandle {
 
     pub fn refunds(&self) -> Vec<Refund> {
         lock(&self.app.ledger).all_refunds()
+    }
+
+    /// A settlement report of one account and period from the ledger, in the
+    /// format's CSV layout, with the request's discrepancies
+    /// (`POST /_sandbox/settlement_reports/{format}` does the same).
+    pub fn settlement_report(&self, format: Format, request: &reports::ReportRequest) -> String {
+        self.app.settlement_report(format, request)
     }
 
     pub fn refund(&self, id: &str) -> Option<Refund> {

@@ -318,3 +318,75 @@ async fn the_query_log_records_every_lookup_with_its_attempt_reference_and_durat
     );
     assert_eq!(sb.queries().len(), 2);
 }
+
+#[tokio::test]
+async fn a_settlement_report_is_served_as_csv_for_an_account_and_period_with_its_discrepancies() {
+    let sb = sandbox().await;
+    let base = sb.base_url();
+    stripe_create(&sb, "att_rep", "pm_card_visa", "1250", "automatic").await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let body = json!({
+        "account": sluice_sandbox_psp::DEFAULT_STRIPE_API_KEY,
+        "period_start": now - 60,
+        "period_end": now + 60,
+        "discrepancies": { "duplicate_charge": ["att_rep"] },
+    });
+    let report = control_send(
+        reqwest::Method::POST,
+        &base,
+        "/settlement_reports/stripe",
+        &body,
+    )
+    .await;
+    assert_eq!(report.status, 200, "{}", report.text);
+    assert_eq!(
+        report
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/csv")
+    );
+    let lines: Vec<&str> = report.text.lines().collect();
+    assert!(lines[0].starts_with(
+        "balance_transaction_id,created_utc,currency,gross,fee,net,reporting_category"
+    ));
+    assert_eq!(
+        lines.len(),
+        3,
+        "a header and the charge twice: {}",
+        report.text
+    );
+    assert!(
+        lines[1].contains(",12.50,") && lines[1].contains(",att_rep,"),
+        "{}",
+        report.text
+    );
+
+    let elsewhere =
+        json!({ "account": "sk_other", "period_start": now - 60, "period_end": now + 60 });
+    let empty = control_send(
+        reqwest::Method::POST,
+        &base,
+        "/settlement_reports/adyen",
+        &elsewhere,
+    )
+    .await;
+    assert_eq!(
+        empty.text.lines().count(),
+        1,
+        "only the header: {}",
+        empty.text
+    );
+    let unknown = json!({ "account": "x", "period_start": 0, "period_end": 1, "bogus": 1 });
+    let refused = control_send(
+        reqwest::Method::POST,
+        &base,
+        "/settlement_reports/stripe",
+        &unknown,
+    )
+    .await;
+    assert!((400..500).contains(&refused.status), "{}", refused.text);
+}

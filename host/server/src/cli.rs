@@ -36,6 +36,42 @@ pub enum Command {
     Adapter(AdapterArgs),
     /// Look at a payment through a running gateway's merchant API.
     Payments(PaymentsArgs),
+    /// Reconcile a connector account's settlement report for a period through
+    /// a running gateway's admin API: safe repairs through the door, the rest to
+    /// review (`POST /admin/reconciliation/runs`).
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Base URL of the gateway.
+    #[arg(long, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+
+    /// Admin token of the gateway.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// The connector account (id) whose report it is.
+    #[arg(long, value_name = "ID")]
+    pub account: String,
+
+    /// Start of the report's period (inclusive): Unix milliseconds, or a UTC
+    /// date `YYYY-MM-DD` (its midnight).
+    #[arg(long, value_name = "WHEN")]
+    pub period_start: String,
+
+    /// End of the period (exclusive), like `--period-start`.
+    #[arg(long, value_name = "WHEN")]
+    pub period_end: String,
+
+    /// The PSP's report file as downloaded (CSV).
+    #[arg(long, value_name = "PATH")]
+    pub file: PathBuf,
+
+    /// Print the raw JSON response instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -214,6 +250,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["sluice", "payments", "show"]).is_err());
+    }
+
+    #[test]
+    fn reconcile_takes_the_account_the_period_and_the_file() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "reconcile",
+            "--account",
+            "ca_1",
+            "--period-start",
+            "2026-12-01",
+            "--period-end",
+            "1764806400000",
+            "--file",
+            "report.csv",
+        ])
+        .unwrap();
+        let Command::Reconcile(args) = cli.command else {
+            panic!("not reconcile");
+        };
+        assert_eq!(
+            (args.account.as_str(), args.period_start.as_str()),
+            ("ca_1", "2026-12-01")
+        );
+        assert_eq!(args.file, PathBuf::from("report.csv"));
+        assert!(Cli::try_parse_from(["sluice", "reconcile", "--account", "ca_1"]).is_err());
     }
 
     #[test]

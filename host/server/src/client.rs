@@ -135,6 +135,13 @@ impl AdminClient {
         Ok(answer.value)
     }
 
+    /// `POST path` with a JSON body, answered as JSON.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let request = self.request(Method::POST, path).json(body);
+        let answer: Answer<Value> = self.send(request).await?;
+        Ok(answer.value)
+    }
+
     async fn send<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,

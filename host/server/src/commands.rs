@@ -26,6 +26,8 @@ pub enum CommandError {
     Start(#[from] StartError),
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error("{0}")]
+    Usage(String),
     #[error("cannot read {path}: {source}")]
     ReadFile {
         path: PathBuf,
@@ -48,7 +50,37 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
         Command::Migrate => migrate(Config::load(cli.config.as_deref())?).await,
         Command::Adapter(args) => adapter(args).await,
         Command::Payments(args) => payments(args).await,
+        Command::Reconcile(args) => reconcile(args).await,
     }
+}
+
+/// `sluice reconcile`, through the admin API.
+async fn reconcile(args: crate::cli::ReconcileArgs) -> Result<(), CommandError> {
+    use crate::reconcile_cli::{period_bound, render_run, run_request};
+    let bad = |flag: &str, value: &str| {
+        CommandError::Usage(format!(
+            "{flag} {value:?}: not Unix milliseconds nor YYYY-MM-DD"
+        ))
+    };
+    let start = period_bound(&args.period_start)
+        .ok_or_else(|| bad("--period-start", &args.period_start))?;
+    let end =
+        period_bound(&args.period_end).ok_or_else(|| bad("--period-end", &args.period_end))?;
+    let report = read(&args.file)?;
+    let client = AdminClient::new(&args.url, args.admin_token)?;
+    let body = run_request(&args.account, start, end, &report);
+    let run = client
+        .post_json("/admin/reconciliation/runs", &body)
+        .await?;
+    let output = if args.json {
+        pretty(&run)
+    } else {
+        render_run(&run)
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(output.as_bytes())
+        .map_err(CommandError::Output)
 }
 
 /// `sluice payments show|explain ID`, through the merchant API.

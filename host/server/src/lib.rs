@@ -24,5 +24,6 @@ pub mod payments_cli;
 pub mod pending_metrics;
 pub mod releases;
 pub mod releases_cli;
+pub mod reconcile_cli;
 pub mod server;
 pub mod telemetry;

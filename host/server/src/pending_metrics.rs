@@ -11,7 +11,12 @@
 //! - `sluice_cas_conflicts_total`: decisions the store's door re-took after
 //!   losing a CAS race (process-wide);
 //! - `sluice_inbox_backlog{status}` and `sluice_inbox_oldest_backlog_age_seconds`:
-//!   verified webhook events not yet applied (processing backlog).
+//!   verified webhook events not yet applied (processing backlog);
+//! - `sluice_reconciliation_unresolved_differences{class}` and
+//!   `sluice_reconciliation_unresolved_amount_minor{class}`: reconciliation
+//!   differences not repaired (open or in review), count and money at stake
+//!   per class (0 for classes with none), and
+//!   `sluice_reconciliation_oldest_unresolved_age_seconds`.
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 use sluice_core::{AttemptState, CaptureState, OrderState, RefundState};
@@ -27,6 +32,9 @@ pub struct PendingMetrics {
     cas_conflicts: IntCounter,
     inbox: IntGaugeVec,
     inbox_oldest: Gauge,
+    recon_count: IntGaugeVec,
+    recon_amount: IntGaugeVec,
+    recon_oldest: Gauge,
 }
 
 /// Every non-terminal state per aggregate, so a state that emptied reads 0.
@@ -99,7 +107,28 @@ impl PendingMetrics {
                 "sluice_inbox_oldest_backlog_age_seconds",
                 "Age of the oldest verified webhook event not yet applied (0 when none)",
             )?,
+            recon_count: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_reconciliation_unresolved_differences",
+                    "Reconciliation differences not repaired (open or in review), per class",
+                ),
+                &["class"],
+            )?,
+            recon_amount: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_reconciliation_unresolved_amount_minor",
+                    "Money at stake in unrepaired reconciliation differences, minor units, per class",
+                ),
+                &["class"],
+            )?,
+            recon_oldest: Gauge::new(
+                "sluice_reconciliation_oldest_unresolved_age_seconds",
+                "Age of the oldest unrepaired reconciliation difference (0 when none)",
+            )?,
         };
+        registry.register(Box::new(metrics.recon_count.clone()))?;
+        registry.register(Box::new(metrics.recon_amount.clone()))?;
+        registry.register(Box::new(metrics.recon_oldest.clone()))?;
         registry.register(Box::new(metrics.count.clone()))?;
         registry.register(Box::new(metrics.oldest.clone()))?;
         registry.register(Box::new(metrics.review.clone()))?;
@@ -148,10 +177,34 @@ impl PendingMetrics {
             }
         }
         self.inbox_oldest.set(age(oldest_inbox));
+        self.refresh_reconciliation(store, &age).await;
         let total = sluice_store::cas_conflicts_total();
         let seen = self.cas_conflicts.get();
         if total > seen {
             self.cas_conflicts.inc_by(total - seen);
         }
+    }
+
+    /// The unrepaired reconciliation differences; on a database error the
+    /// gauges keep their last values.
+    async fn refresh_reconciliation(&self, store: &Store, age: &impl Fn(Option<i64>) -> f64) {
+        let (classes, oldest) = match store.unresolved_differences().await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read reconciliation differences for /metrics");
+                return;
+            }
+        };
+        for class in sluice_core::DifferenceClass::ALL {
+            let found = classes.iter().find(|c| c.class == class.as_str());
+            let labels = [class.as_str()];
+            self.recon_count
+                .with_label_values(&labels)
+                .set(found.map_or(0, |c| c.count));
+            self.recon_amount
+                .with_label_values(&labels)
+                .set(found.map_or(0, |c| c.amount_minor));
+        }
+        self.recon_oldest.set(age(oldest));
     }
 }

@@ -26,7 +26,7 @@ mod locate;
 mod operator;
 
 pub use locate::AccountScope;
-pub use operator::{ESCALATE_KIND, RESOLVE_KIND};
+pub use operator::{ESCALATE_KIND, RECONCILIATION_KIND, RESOLVE_KIND};
 
 use crate::db::Tx;
 use crate::fulfillment;

@@ -31,6 +31,7 @@ pub mod inbox;
 pub mod merchants;
 pub mod outbox;
 pub mod payments;
+pub mod reconciliation;
 pub mod reserve;
 pub mod review;
 pub mod routing;
@@ -45,7 +46,7 @@ pub use adapter_releases::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
     cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,
-    ESCALATE_KIND, MAX_CAS_TRIES, RESOLVE_KIND,
+    ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
 };
 pub use env::{Entropy, Env, OsEntropy, SeededEntropy};
 pub use error::StoreError;
@@ -63,6 +64,10 @@ pub use outbox::OutboxMessage;
 pub use payments::{
     Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts, PaymentAttempt,
     PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
+};
+pub use reconciliation::{
+    DifferenceFilter, NewDifference, NewReconciliationRun, ReconciliationRun, Resolution, RunKey,
+    RunStatus, StoredDifference, UnresolvedClass,
 };
 pub use refusals::{NewScopeRefusal, RefusalSource, ScopeRefusal};
 pub use reserve::{CaptureRequest, RefundRequest, Reservation};

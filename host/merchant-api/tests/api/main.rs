@@ -15,6 +15,7 @@ mod openapi;
 mod operations;
 mod payments;
 mod payments_admin;
+mod reconciliation;
 mod review;
 mod timeline;
 mod webhooks;

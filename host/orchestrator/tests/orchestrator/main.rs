@@ -12,6 +12,7 @@ mod failover;
 mod money;
 mod payments;
 mod releases;
+mod reconciliation;
 mod resend;
 mod sandbox_e2e;
 mod webhooks;

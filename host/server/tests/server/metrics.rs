@@ -146,6 +146,19 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
     );
     assert!(get(r#"sluice_pending_oldest_age_seconds{aggregate="order",state="CREATED"}"#) >= 0.0);
     assert_eq!(get("sluice_manual_review_payments"), 1.0);
+    // Every reconciliation class has its series, 0 while no run found any.
+    assert_eq!(
+        get(r#"sluice_reconciliation_unresolved_differences{class="missing_ours"}"#),
+        0.0
+    );
+    assert_eq!(
+        get(r#"sluice_reconciliation_unresolved_amount_minor{class="duplicate"}"#),
+        0.0
+    );
+    assert_eq!(
+        get("sluice_reconciliation_oldest_unresolved_age_seconds"),
+        0.0
+    );
     // Per adapter, connector account and payment method (seed 001 §11).
     let sale = [
         r#"adapter="stripe""#,

@@ -15,6 +15,8 @@ use sluice_core::{EvidenceSource, Failure, FailureCategory};
 
 /// The history `event_kind` of an escalation.
 pub const ESCALATE_KIND: &str = "COMMAND_ESCALATE_MANUAL_REVIEW";
+/// The history `event_kind` of a reconciliation difference sent to review.
+pub const RECONCILIATION_KIND: &str = "COMMAND_RECONCILIATION_REVIEW";
 
 impl Store {
     /// Flag the payment of a pending attempt, capture or refund for manual
@@ -31,6 +33,49 @@ impl Store {
         reason: &str,
         provenance: &Provenance,
     ) -> Result<Applied, StoreError> {
+        self.flag(
+            kind,
+            id,
+            reason,
+            provenance,
+            ESCALATE_KIND,
+            escalation_verdict,
+        )
+        .await
+    }
+
+    /// Flag the payment of an attempt, capture or refund for two-person
+    /// review because reconciliation found a difference about it (issue 14).
+    /// Unlike [`Store::flag_manual_review`] this flags whatever the
+    /// aggregate's state: a settlement report contradicting a terminal state
+    /// is exactly what an operator must see. It records once, like it, and
+    /// changes no state.
+    pub async fn flag_reconciliation_review(
+        &self,
+        kind: PendingKind,
+        id: &str,
+        reason: &str,
+        provenance: &Provenance,
+    ) -> Result<Applied, StoreError> {
+        let verdict = |_: &Subject, reason: &str| {
+            let mut verdict = Verdict::duplicate(String::new());
+            verdict.kind = DecisionKind::NeedsReconciliation;
+            verdict.reason = reason.to_owned();
+            verdict
+        };
+        self.flag(kind, id, reason, provenance, RECONCILIATION_KIND, verdict)
+            .await
+    }
+
+    async fn flag(
+        &self,
+        kind: PendingKind,
+        id: &str,
+        reason: &str,
+        provenance: &Provenance,
+        history_kind: &'static str,
+        verdict_of: impl Fn(&Subject, &str) -> Verdict,
+    ) -> Result<Applied, StoreError> {
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
             // Order first (see the lock order in the module doc of the door):
@@ -44,13 +89,8 @@ impl Store {
                 tx.rollback().await?;
                 return Ok(already_flagged(&order, &subject));
             }
-            let verdict = escalation_verdict(&subject, reason);
-            let plan = Plan::command(
-                (order, amounts, subject),
-                verdict,
-                ESCALATE_KIND,
-                provenance,
-            );
+            let verdict = verdict_of(&subject, reason);
+            let plan = Plan::command((order, amounts, subject), verdict, history_kind, provenance);
             let step = self.carry_out(&mut tx, plan).await?;
             if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);

@@ -12,6 +12,7 @@ mod fulfillment;
 mod history;
 mod money;
 mod queues;
+mod reconciliation;
 mod review;
 mod schema;
 mod search;
