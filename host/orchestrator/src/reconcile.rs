@@ -128,10 +128,14 @@ impl Orchestrator {
         connector: &crate::call::Connector,
         report: Vec<u8>,
     ) -> Result<Vec<PspLine>, OrchestratorError> {
+        let shadow_input = connector.shadow.as_ref().map(|_| report.clone());
         let parsed = connector
             .adapter
             .parse_settlement(&connector.scope, report)
             .await?;
+        if let (Some(tap), Some(input)) = (&connector.shadow, shadow_input) {
+            tap.repeat_parse_settlement(connector, input, &parsed);
+        }
         let lines = parsed.map_err(|failure| {
             OrchestratorError::InvalidRequest(format!(
                 "the adapter could not read the report: {} ({})",

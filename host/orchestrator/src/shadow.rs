@@ -1,7 +1,7 @@
 //! Shadow runs (issue 15): while a shadow version of an adapter is staged, every
-//! `build-request`, `parse-response` and `handle-webhook` the serving version performs
-//! is repeated on the shadow with the same input, off the request path, and the two
-//! outputs are compared. The shadow's output is never applied and its request never
+//! `build-request`, `parse-response`, `handle-webhook` and `parse-settlement` the
+//! serving version performs is repeated on the shadow with the same input, off the
+//! request path, and the two outputs are compared. The shadow's output is never applied and its request never
 //! sent: it cannot change state.
 //!
 //! Off the request path means: the live call has its answer before the shadow starts;
@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use sluice_adapter_runtime::{
     AdapterHandle, Failure, HttpRequest, HttpResponse, Keyring, OperationContext, PaymentEvent,
-    WebhookAcceptance, WebhookRejection, WebhookRequest,
+    SettlementLine, WebhookAcceptance, WebhookRejection, WebhookRequest,
 };
 use sluice_store::{NewShadowDiff, Store};
 use tokio::sync::Semaphore;
@@ -42,6 +42,7 @@ pub enum ShadowOperation {
     BuildRequest,
     ParseResponse,
     HandleWebhook,
+    ParseSettlement,
 }
 
 impl ShadowOperation {
@@ -50,6 +51,7 @@ impl ShadowOperation {
             ShadowOperation::BuildRequest => "build-request",
             ShadowOperation::ParseResponse => "parse-response",
             ShadowOperation::HandleWebhook => "handle-webhook",
+            ShadowOperation::ParseSettlement => "parse-settlement",
         }
     }
 }
@@ -278,6 +280,29 @@ impl ShadowTap {
         self.compare(comparison, move |shadow| async move {
             let verdict = shadow.handle_webhook(&scope, request).await.ok()?;
             Some(normalise(&verdict))
+        });
+    }
+}
+
+impl ShadowTap {
+    pub(crate) fn repeat_parse_settlement(
+        &self,
+        connector: &Connector,
+        report: Vec<u8>,
+        parsed: &Result<Vec<SettlementLine>, Failure>,
+    ) {
+        let scope = connector.scope.clone();
+        let comparison = Comparison {
+            operation: ShadowOperation::ParseSettlement,
+            serving_digest: &connector.adapter.identity().digest,
+            account_id: &connector.account_id,
+            keyring: &connector.scope.secrets,
+            input_digest: hex::encode(Sha256::digest(&report)),
+            serving: normalise(parsed),
+        };
+        self.compare(comparison, move |shadow| async move {
+            let parsed = shadow.parse_settlement(&scope, report).await.ok()?;
+            Some(normalise(&parsed))
         });
     }
 }

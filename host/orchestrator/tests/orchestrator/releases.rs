@@ -205,3 +205,31 @@ dual_test! {
         assert_eq!(old.adapter_pin.map(|p| p.digest), Some(active), "pinned when first sent");
     }
 }
+
+dual_test! {
+    async fn a_settlement_report_the_serving_version_reads_is_read_by_the_shadow_too(db) {
+        let h = Harness::new(db).await;
+        let shadow = load_variant(&h, "none").await;
+        h.orch.runtime().stage_shadow(ADAPTER, &shadow).unwrap();
+        let now = h.orch.now_ms();
+        // Neither version reads reports: both refuse it alike, so they agree, and the
+        // run is refused without changing anything.
+        let refused = h
+            .orch
+            .reconcile(sluice_orchestrator::ReconcileRequest {
+                connector_account_id: h.account.id.clone(),
+                period_start: now - 86_400_000,
+                period_end: now,
+                report: b"id,amount\n1,100\n".to_vec(),
+                actor: "admin".into(),
+            })
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        let tally = eventually(Duration::from_secs(10), "the shadow's settlement read", || {
+            let tally = h.orch.shadow_tallies(ADAPTER, &shadow).get("parse-settlement").copied();
+            async move { tally.filter(|t| t.agreed + t.differed + t.failed > 0) }
+        })
+        .await;
+        assert_eq!((tally.agreed, tally.differed, tally.failed), (1, 0, 0));
+    }
+}
