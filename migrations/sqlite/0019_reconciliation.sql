@@ -45,7 +45,7 @@ CREATE TABLE reconciliation_differences (
     psp_json           TEXT    NOT NULL,
     -- The one safe repair the matcher found (JSON), or NULL: review.
     repair_json        TEXT    NULL,
-    resolution         TEXT    NOT NULL CHECK (resolution IN ('open', 'repaired', 'in_review')),
+    resolution         TEXT    NOT NULL CHECK (resolution IN ('open', 'repaired', 'in_review', 'closed')),
     resolution_detail  TEXT    NULL,
     -- The history row of the door's decision (a repair or the review flag).
     history_id         BIGINT  NULL,
@@ -56,7 +56,7 @@ CREATE TABLE reconciliation_differences (
 CREATE INDEX reconciliation_differences_by_class
     ON reconciliation_differences (run_id, class, seq);
 CREATE INDEX reconciliation_differences_unresolved
-    ON reconciliation_differences (created_at) WHERE resolution <> 'repaired';
+    ON reconciliation_differences (created_at) WHERE resolution IN ('open', 'in_review');
 
 -- Our side of a report's period: the attempts of one account by creation time.
 CREATE INDEX payment_attempts_by_account_created

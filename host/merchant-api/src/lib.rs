@@ -206,6 +206,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
         .routes(routes!(health_admin::resume_account))
         .routes(routes!(reconciliation_admin::get_run))
         .routes(routes!(reconciliation_admin::list_differences))
+        .routes(routes!(reconciliation_admin::close_difference))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .merge(reconciliation_upload())
 }

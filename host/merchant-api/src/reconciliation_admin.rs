@@ -23,6 +23,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::payments::json;
 use crate::requests as req;
+use crate::review::AuthedOperator;
 use crate::MerchantApiState;
 
 /// The longest `report_base64` (the decoded cap, base64-inflated).
@@ -329,6 +330,60 @@ pub async fn list_differences(
         next_cursor,
     };
     Ok(json(StatusCode::OK, &list))
+}
+
+/// The longest note an operator closes a difference with.
+pub const MAX_NOTE_CHARS: usize = 1000;
+
+/// `POST /admin/reconciliation/differences/{difference_id}/close`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloseDifferenceRequest {
+    /// What the operator found and did (1 to 1000 characters), recorded with their
+    /// name. A repair the operator decided goes through the two-person review.
+    #[schema(min_length = 1, max_length = 1000)]
+    pub note: String,
+}
+
+/// An operator closes a difference that went to review: it stops counting as
+/// unresolved. No payment changes here.
+#[utoipa::path(
+    post, path = "/admin/reconciliation/differences/{difference_id}/close", tag = "admin",
+    params(("difference_id" = String, Path)),
+    request_body = CloseDifferenceRequest,
+    responses(
+        (status = 200, body = DifferenceView),
+        (status = 400, body = ErrorBody, description = "No note, or one over 1000 characters"),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The difference is not in review (repaired, open, or closed already)"),
+    ),
+    security(("admin_token" = [], "operator_key" = []))
+)]
+pub async fn close_difference(
+    State(state): State<MerchantApiState>,
+    AuthedOperator(operator): AuthedOperator,
+    ApiPath(difference_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CloseDifferenceRequest>,
+) -> Result<Response, ApiError> {
+    let chars = body.note.chars().count();
+    if !(1..=MAX_NOTE_CHARS).contains(&chars) {
+        let message = format!("note must be 1 to {MAX_NOTE_CHARS} characters");
+        return Err(ApiError::invalid("parameter_invalid", "note", message));
+    }
+    if !req::looks_like_id(&difference_id) {
+        return Err(ApiError::not_found(
+            "resource_missing",
+            "no such reconciliation difference",
+        ));
+    }
+    let closed = state
+        .store
+        .close_reconciliation_difference(&difference_id, &operator.name, &body.note)
+        .await?;
+    tracing::info!(difference_id = %closed.id, operator = %operator.name,
+        "reconciliation difference closed by an operator");
+    Ok(json(StatusCode::OK, &DifferenceView::from(&closed)))
 }
 
 fn filter_of(query: &DifferenceQuery) -> Result<DifferenceFilter, ApiError> {

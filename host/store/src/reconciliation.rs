@@ -54,6 +54,8 @@ pub enum Resolution {
     /// Handed to an operator (the payment flagged for two-person review, or,
     /// with no payment of ours, this difference itself).
     InReview,
+    /// An operator closed it after review, saying what they found.
+    Closed,
 }
 
 impl Resolution {
@@ -62,6 +64,7 @@ impl Resolution {
             Resolution::Open => "open",
             Resolution::Repaired => "repaired",
             Resolution::InReview => "in_review",
+            Resolution::Closed => "closed",
         }
     }
 
@@ -70,6 +73,7 @@ impl Resolution {
             "open" => Some(Resolution::Open),
             "repaired" => Some(Resolution::Repaired),
             "in_review" => Some(Resolution::InReview),
+            "closed" => Some(Resolution::Closed),
             _ => None,
         }
     }
@@ -171,7 +175,7 @@ pub struct StoredDifference {
 #[derive(Debug, Clone, Default)]
 pub struct DifferenceFilter {
     pub class: Option<String>,
-    /// `Some(true)`: repaired only; `Some(false)`: open or in review.
+    /// `Some(true)`: repaired or closed; `Some(false)`: open or in review.
     pub resolved: Option<bool>,
     pub after_seq: Option<i64>,
     pub limit: i64,
@@ -294,8 +298,8 @@ impl Store {
     ) -> Result<Vec<StoredDifference>, StoreError> {
         let resolved = match filter.resolved {
             None => "",
-            Some(true) => " AND resolution = 'repaired'",
-            Some(false) => " AND resolution <> 'repaired'",
+            Some(true) => " AND resolution IN ('repaired', 'closed')",
+            Some(false) => " AND resolution IN ('open', 'in_review')",
         };
         let rows = sqlx::query(&format!(
             "SELECT {DIFF_COLS} FROM reconciliation_differences WHERE run_id = $1 \
@@ -332,6 +336,43 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// An operator closes a difference in review, with what they found: it stops
+    /// counting as unresolved. Nothing about the payment changes here (a repair the
+    /// operator decided goes through the two-person review, through the door). Only a
+    /// difference in review is closed, and only once.
+    pub async fn close_reconciliation_difference(
+        &self,
+        id: &str,
+        operator: &str,
+        note: &str,
+    ) -> Result<StoredDifference, StoreError> {
+        let detail = format!("closed by operator:{operator}: {note}");
+        let done = sqlx::query(
+            "UPDATE reconciliation_differences SET resolution = 'closed', \
+             resolution_detail = $1, resolved_at = $2 WHERE id = $3 AND resolution = 'in_review'",
+        )
+        .bind(&detail)
+        .bind(self.now_ms())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {DIFF_COLS} FROM reconciliation_differences WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("reconciliation difference", id))?;
+        let difference = difference_from(&row)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "difference {id} is {}; only a difference in review is closed",
+                difference.resolution.as_str()
+            )));
+        }
+        Ok(difference)
     }
 
     /// Count what the run's differences came to and mark it completed.
@@ -397,7 +438,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT class, COUNT(*) AS n, CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) AS amount, \
              MIN(created_at) AS oldest FROM reconciliation_differences \
-             WHERE resolution <> 'repaired' GROUP BY class ORDER BY class",
+             WHERE resolution IN ('open', 'in_review') GROUP BY class ORDER BY class",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -85,3 +85,59 @@ dual_test! {
         gw.admin_get("/admin/reconciliation/runs/rec_nope").await.expect_error(404, "resource_missing");
     }
 }
+
+dual_test! {
+    async fn an_operator_closes_a_difference_in_review_once_and_it_stops_counting_as_unresolved(&gw) {
+        let merchant = gw.merchant("Acme").await;
+        let new = sluice_store::NewReconciliationRun {
+            connector_account_id: merchant.account.clone(),
+            adapter: ADAPTER.into(),
+            period_start: 0,
+            period_end: 1000,
+            report_digest: "sha256:01".into(),
+            line_count: 1,
+            matched_lines: 0,
+            ignored_lines: 0,
+            differences: vec![sluice_store::NewDifference {
+                class: "missing_ours".into(),
+                attempt_reference: Some("pay_9_a1".into()),
+                action_reference: None,
+                psp_reference: None,
+                payment_id: None,
+                amount_minor: 900,
+                currency: "EUR".into(),
+                ours: serde_json::Value::Null,
+                psp: json!([{ "line_id": "txn_9" }]),
+                repair: None,
+            }],
+        };
+        let (run, _) = gw.store().record_reconciliation_run(&new).await.unwrap();
+        let base = format!("/admin/reconciliation/runs/{}/differences", run.id);
+        let id = gw.admin_get(&base).await.expect(200).json()["data"][0]["id"].as_str().unwrap().to_owned();
+        let close = format!("/admin/reconciliation/differences/{id}/close");
+        let key = crate::review::operator(gw, "olga").await;
+        let note = json!({ "note": "a test charge of the PSP's own; refunded at the PSP" });
+
+        // Only a difference handed to review is closed.
+        crate::review::as_operator(gw, &key, &close, Some(&note)).await.expect_error(409, "conflict");
+        gw.store()
+            .resolve_reconciliation_difference(&id, sluice_store::reconciliation::Resolution::InReview, "no payment of ours", None)
+            .await
+            .unwrap();
+        assert_eq!(gw.store().unresolved_differences().await.unwrap().0.len(), 1);
+
+        // Bad input and a missing operator key change nothing.
+        crate::review::as_operator(gw, &key, &close, Some(&json!({ "note": "" }))).await.expect_error(400, "parameter_invalid");
+        crate::review::as_operator(gw, &key, &close, Some(&json!({ "note": "x".repeat(1001) }))).await.expect_error(400, "parameter_invalid");
+        gw.admin_post(&close, &note).await.expect_error(401, "operator_key_missing");
+        crate::review::as_operator(gw, &key, "/admin/reconciliation/differences/rdf_nope/close", Some(&note)).await.expect_error(404, "resource_missing");
+
+        let closed = crate::review::as_operator(gw, &key, &close, Some(&note)).await.expect(200).json();
+        assert_eq!(closed["resolution"], "closed");
+        assert_eq!(closed["resolution_detail"], "closed by operator:olga: a test charge of the PSP's own; refunded at the PSP");
+        assert_eq!(gw.store().unresolved_differences().await.unwrap().0, vec![]);
+        let resolved = gw.admin_get(&format!("{base}?resolved=true")).await.expect(200).json();
+        assert_eq!(resolved["data"][0]["id"], id.as_str());
+        crate::review::as_operator(gw, &key, &close, Some(&note)).await.expect_error(409, "conflict");
+    }
+}
