@@ -44,11 +44,8 @@ impl Rollout {
                 self.accounts.len()
             )));
         }
-        if self.percent == 0 && self.accounts.is_empty() {
-            return Err(LoadError::InvalidRollout(
-                "a canary must take some traffic: name accounts or a percent above 0".into(),
-            ));
-        }
+        // A rollout taking nothing (0%, no account) is allowed: a parked canary, loaded
+        // and watched, that a later rollout opens.
         Ok(())
     }
 
@@ -146,9 +143,10 @@ mod tests {
     }
 
     #[test]
-    fn a_rollout_that_takes_nothing_or_too_much_is_refused() {
+    fn a_rollout_that_takes_too_much_is_refused_and_one_that_takes_nothing_is_parked() {
         let none = Rollout::default();
-        assert!(none.validate().is_err());
+        assert!(none.validate().is_ok());
+        assert!(!none.takes("acct", "pay_1_a1"));
         let over = Rollout {
             accounts: vec![],
             percent: 101,

@@ -41,8 +41,10 @@ pub struct CreateRunRequest {
     #[schema(schema_with = crate::openapi::fields::recon_account)]
     pub connector_account: String,
     #[schema(schema_with = crate::openapi::fields::recon_period_start)]
+    #[serde(deserialize_with = "req::integer")]
     pub period_start: i64,
     #[schema(schema_with = crate::openapi::fields::recon_period_end)]
+    #[serde(deserialize_with = "req::integer")]
     pub period_end: i64,
     #[schema(schema_with = crate::openapi::fields::report_base64)]
     pub report_base64: String,

@@ -675,7 +675,7 @@ pub async fn review_payment(
     post, path = "/admin/review/payments/{payment_id}/proposals", tag = "review",
     params(("payment_id" = String, Path)),
     request_body = CreateProposalRequest,
-    responses((status = 201, body = ProposalView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses((status = 201, body = ProposalView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "The outcome does not apply to the payment as it stands (e.g. a fulfillment outcome for a fulfillment not under review)")),
     security(("admin_token" = [], "operator_key" = []))
 )]
 pub async fn create_proposal(

@@ -41,6 +41,7 @@ pub struct CanaryRequest {
     pub digest: String,
     /// Connector accounts whose every new attempt the canary serves (at most 256).
     #[serde(default)]
+    #[schema(max_items = 256)]
     pub accounts: Vec<String>,
     /// The percentage (0-100) of the other new attempts it serves, chosen by a hash of
     /// the attempt reference (the same attempt always gets the same version).
@@ -48,6 +49,7 @@ pub struct CanaryRequest {
     #[schema(minimum = 0, maximum = 100)]
     pub percent: u8,
     /// First sends the canary needs before it can be judged (5-100000, default 20).
+    #[schema(minimum = 5, maximum = 100000)]
     pub min_sample: Option<u32>,
     /// How many percentage points its UNKNOWN, error or decline rate may exceed the
     /// active version's before it is stopped (0-100, default 10).

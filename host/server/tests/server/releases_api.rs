@@ -143,7 +143,7 @@ async fn release_requests_that_cannot_be_served_are_refused_with_the_json_error_
             "invalid_rollout",
         ),
         (
-            serde_json::json!({ "digest": v2 }),
+            serde_json::json!({ "digest": v2, "accounts": vec!["ca"; 257] }),
             StatusCode::BAD_REQUEST,
             "invalid_rollout",
         ),
