@@ -20,6 +20,7 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use sluice_adapter_runtime::{CanaryPolicy, CanaryStatus, Rollout};
+use sluice_merchant_api::requests::{integer, optional_integer};
 use sluice_orchestrator::{CanaryTally, ShadowTally};
 use sluice_store::{AdapterEvent, AdapterEventKind, ShadowDiff};
 use utoipa::{IntoParams, ToSchema};
@@ -45,16 +46,64 @@ pub struct CanaryRequest {
     pub accounts: Vec<String>,
     /// The percentage (0-100) of the other new attempts it serves, chosen by a hash of
     /// the attempt reference (the same attempt always gets the same version).
-    #[serde(default)]
+    // Integers are read as JSON Schema's `integer` (also `5.0`), then range-checked.
+    #[serde(default, deserialize_with = "integer")]
     #[schema(minimum = 0, maximum = 100)]
-    pub percent: u8,
+    pub percent: i64,
     /// First sends the canary needs before it can be judged (5-100000, default 20).
+    #[serde(default, deserialize_with = "optional_integer")]
     #[schema(minimum = 5, maximum = 100000)]
-    pub min_sample: Option<u32>,
+    pub min_sample: Option<i64>,
     /// How many percentage points its UNKNOWN, error or decline rate may exceed the
     /// active version's before it is stopped (0-100, default 10).
+    #[serde(default, deserialize_with = "optional_integer")]
     #[schema(minimum = 0, maximum = 100)]
-    pub max_excess_pct: Option<u8>,
+    pub max_excess_pct: Option<i64>,
+}
+
+impl CanaryRequest {
+    /// The rollout and policy asked for; a number out of its range is a 400 that names it.
+    fn release(&self) -> Result<(Rollout, CanaryPolicy), ApiError> {
+        let defaults = CanaryPolicy::default();
+        let percent = bounded(self.percent, "percent")?;
+        let min_sample = match self.min_sample {
+            Some(n) => bounded(n, "min_sample")?,
+            None => defaults.min_sample,
+        };
+        let max_excess_pct = match self.max_excess_pct {
+            Some(n) => bounded(n, "max_excess_pct")?,
+            None => defaults.max_excess_pct,
+        };
+        let rollout = Rollout {
+            accounts: self.accounts.clone(),
+            percent,
+        };
+        let policy = CanaryPolicy {
+            min_sample,
+            max_excess_pct,
+        };
+        rollout
+            .validate()
+            .map_err(|e| rollout_error(e, "percent"))?;
+        policy
+            .validate()
+            .map_err(|e| rollout_error(e, "min_sample"))?;
+        Ok((rollout, policy))
+    }
+}
+
+fn bounded<T: TryFrom<i64>>(value: i64, param: &str) -> Result<T, ApiError> {
+    T::try_from(value).map_err(|_| {
+        ApiError::bad_request(
+            "invalid_rollout",
+            format!("{param} is out of range: {value}"),
+        )
+        .with_param(param)
+    })
+}
+
+fn rollout_error(error: sluice_adapter_runtime::LoadError, param: &str) -> ApiError {
+    ApiError::bad_request("invalid_rollout", error.to_string()).with_param(param)
 }
 
 /// First sends of one version since the canary started.
@@ -287,15 +336,7 @@ pub async fn start_canary(
 ) -> Result<Json<CanaryReport>, ApiError> {
     let Path(name) = name?;
     let Json(request) = body?;
-    let defaults = CanaryPolicy::default();
-    let policy = CanaryPolicy {
-        min_sample: request.min_sample.unwrap_or(defaults.min_sample),
-        max_excess_pct: request.max_excess_pct.unwrap_or(defaults.max_excess_pct),
-    };
-    let rollout = Rollout {
-        accounts: request.accounts,
-        percent: request.percent,
-    };
+    let (rollout, policy) = request.release()?;
     let started = state
         .adapters
         .start_canary(&name, &request.digest, rollout, policy)
