@@ -465,71 +465,90 @@ fn add_actions(
     attempt: &PaymentAttempt,
     key: &RunKey,
 ) {
-    let in_period = |at: i64| at >= key.period_start && at < key.period_end;
-    let payment_id = &attempt.payment_id;
     for r in details
         .refunds
         .iter()
         .filter(|r| r.attempt_id == attempt.id)
     {
-        let action = our_action(
-            r.reference.clone(),
-            &r.psp_reference,
-            attempt,
-            r.state,
-            r.amount,
-        );
-        let record = Action {
-            kind: "refund",
+        let row = ActionRow {
+            kind: PendingKind::Refund,
             id: &r.id,
-            state: r.state.as_str(),
-            action: &action,
+            reference: &r.reference,
+            psp_reference: &r.psp_reference,
+            state: (r.state, r.state.as_str()),
+            amount: r.amount,
+            created_at: r.created_at,
         };
-        let evidence = record.evidence(payment_id);
-        side.records.refunds.push(OurAction {
-            in_period: in_period(r.created_at),
-            ..action
-        });
-        note(
-            side,
-            &r.reference,
-            payment_id,
-            PendingKind::Refund,
-            &r.id,
-            evidence,
-        );
+        let action = add_action(side, attempt, key, row);
+        side.records.refunds.push(action);
     }
     for c in details
         .captures
         .iter()
         .filter(|c| c.attempt_id == attempt.id)
     {
-        let action = our_action(
-            c.reference.clone(),
-            &c.psp_reference,
-            attempt,
-            c.state,
-            c.amount,
-        );
-        let record = Action {
-            kind: "capture",
+        let row = ActionRow {
+            kind: PendingKind::Capture,
             id: &c.id,
-            state: c.state.as_str(),
-            action: &action,
+            reference: &c.reference,
+            psp_reference: &c.psp_reference,
+            state: (c.state, c.state.as_str()),
+            amount: c.amount,
+            created_at: c.created_at,
         };
-        let evidence = record.evidence(payment_id);
-        side.records.captures.push(OurAction {
-            in_period: in_period(c.created_at),
-            ..action
-        });
-        note(
-            side,
-            &c.reference,
-            payment_id,
-            PendingKind::Capture,
-            &c.id,
-            evidence,
-        );
+        let action = add_action(side, attempt, key, row);
+        side.records.captures.push(action);
+    }
+}
+
+/// One refund or capture of ours, as the matcher and the evidence read it.
+struct ActionRow<'a, S> {
+    kind: PendingKind,
+    id: &'a str,
+    reference: &'a str,
+    psp_reference: &'a Option<String>,
+    /// The state and its stored name.
+    state: (S, &'static str),
+    amount: Money,
+    created_at: i64,
+}
+
+/// Notes the row as evidence of our side; the action the matcher gets.
+fn add_action<S>(
+    side: &mut OurSide,
+    attempt: &PaymentAttempt,
+    key: &RunKey,
+    row: ActionRow<'_, S>,
+) -> OurAction<S> {
+    let (state, state_name) = row.state;
+    let action = our_action(
+        row.reference.to_owned(),
+        row.psp_reference,
+        attempt,
+        state,
+        row.amount,
+    );
+    let record = Action {
+        kind: match row.kind {
+            PendingKind::Refund => "refund",
+            _ => "capture",
+        },
+        id: row.id,
+        state: state_name,
+        action: &action,
+    };
+    let evidence = record.evidence(&attempt.payment_id);
+    note(
+        side,
+        row.reference,
+        &attempt.payment_id,
+        row.kind,
+        row.id,
+        evidence,
+    );
+    OurAction {
+        in_period: (key.period_start..key.period_end).contains(&row.created_at),
+        ..action
     }
 }
 

@@ -146,6 +146,25 @@ pub(crate) struct Comparison<'a> {
     pub serving: Value,
 }
 
+impl<'a> Comparison<'a> {
+    /// A comparison of a call `connector` served.
+    fn of(
+        connector: &'a Connector,
+        operation: ShadowOperation,
+        input_digest: String,
+        serving: Value,
+    ) -> Self {
+        Comparison {
+            operation,
+            serving_digest: &connector.adapter.identity().digest,
+            account_id: &connector.account_id,
+            keyring: &connector.scope.secrets,
+            input_digest,
+            serving,
+        }
+    }
+}
+
 impl ShadowTap {
     /// Runs `shadow_call` on the shadow version in a task of its own and stores what
     /// differs from `c.serving`. `shadow_call` answers the shadow's normalised output,
@@ -226,14 +245,12 @@ impl ShadowTap {
         built: &Result<HttpRequest, Failure>,
     ) {
         let scope = connector.scope.clone();
-        let comparison = Comparison {
-            operation: ShadowOperation::BuildRequest,
-            serving_digest: &connector.adapter.identity().digest,
-            account_id: &connector.account_id,
-            keyring: &connector.scope.secrets,
-            input_digest: input_digest(&ctx),
-            serving: normalise_request(built),
-        };
+        let comparison = Comparison::of(
+            connector,
+            ShadowOperation::BuildRequest,
+            input_digest(&ctx),
+            normalise_request(built),
+        );
         self.compare(comparison, move |shadow| async move {
             let built = shadow.build_request(&scope, ctx).await.ok()?;
             Some(normalise_request(&built))
@@ -248,14 +265,12 @@ impl ShadowTap {
         parsed: &Result<Vec<PaymentEvent>, Failure>,
     ) {
         let scope = connector.scope.clone();
-        let comparison = Comparison {
-            operation: ShadowOperation::ParseResponse,
-            serving_digest: &connector.adapter.identity().digest,
-            account_id: &connector.account_id,
-            keyring: &connector.scope.secrets,
-            input_digest: input_digest(&(&ctx, &response)),
-            serving: normalise(parsed),
-        };
+        let comparison = Comparison::of(
+            connector,
+            ShadowOperation::ParseResponse,
+            input_digest(&(&ctx, &response)),
+            normalise(parsed),
+        );
         self.compare(comparison, move |shadow| async move {
             let parsed = shadow.parse_response(&scope, ctx, response).await.ok()?;
             Some(normalise(&parsed))
@@ -269,14 +284,12 @@ impl ShadowTap {
         verdict: &Result<WebhookAcceptance, WebhookRejection>,
     ) {
         let scope = connector.scope.clone();
-        let comparison = Comparison {
-            operation: ShadowOperation::HandleWebhook,
-            serving_digest: &connector.adapter.identity().digest,
-            account_id: &connector.account_id,
-            keyring: &connector.scope.secrets,
-            input_digest: input_digest(&request),
-            serving: normalise(verdict),
-        };
+        let comparison = Comparison::of(
+            connector,
+            ShadowOperation::HandleWebhook,
+            input_digest(&request),
+            normalise(verdict),
+        );
         self.compare(comparison, move |shadow| async move {
             let verdict = shadow.handle_webhook(&scope, request).await.ok()?;
             Some(normalise(&verdict))
@@ -292,14 +305,12 @@ impl ShadowTap {
         parsed: &Result<Vec<SettlementLine>, Failure>,
     ) {
         let scope = connector.scope.clone();
-        let comparison = Comparison {
-            operation: ShadowOperation::ParseSettlement,
-            serving_digest: &connector.adapter.identity().digest,
-            account_id: &connector.account_id,
-            keyring: &connector.scope.secrets,
-            input_digest: hex::encode(Sha256::digest(&report)),
-            serving: normalise(parsed),
-        };
+        let comparison = Comparison::of(
+            connector,
+            ShadowOperation::ParseSettlement,
+            hex::encode(Sha256::digest(&report)),
+            normalise(parsed),
+        );
         self.compare(comparison, move |shadow| async move {
             let parsed = shadow.parse_settlement(&scope, report).await.ok()?;
             Some(normalise(&parsed))
