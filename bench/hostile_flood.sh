@@ -33,57 +33,27 @@ SECONDS_PER_RUN="${BENCH_SECONDS:-20}"
 CONNECTIONS="${BENCH_CONNECTIONS:-8}"
 FLOOD="${FLOOD_CONNECTIONS:-32}"
 
-for tool in wrk curl python3; do
-    command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install -y $tool)" >&2; exit 1; }
-done
+. "$ROOT/bench/lib.sh"
+bench_require wrk curl python3
 [ -x "$SLUICE" ] || { echo "error: no sluice binary at $SLUICE" >&2; exit 1; }
+SLUICE="$(realpath "$SLUICE")"
+ADAPTERS="$(realpath "$ADAPTERS")"
 [ -f "$ADAPTERS/test-infinite-loop.wasm" ] || { echo "error: no adapters in $ADAPTERS (cargo xtask build-adapters)" >&2; exit 1; }
 
 WORK="$(mktemp -d)"
 SERVER_PID=""
 FLOOD_PID=""
 cleanup() {
-    for pid in "$FLOOD_PID" "$SERVER_PID"; do
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-            kill -TERM "$pid" 2>/dev/null || true
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-            kill -KILL "$pid" 2>/dev/null || true
-            wait "$pid" 2>/dev/null || true
-        fi
-    done
+    bench_stop "$FLOOD_PID"
+    bench_stop "$SERVER_PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-BASE="http://127.0.0.1:$PORT"
-ADMIN_TOKEN="bench_admin_$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 CONFIG_ARGS=()
 [ -n "${SLUICE_BENCH_CONFIG:-}" ] && CONFIG_ARGS=(--config "$(realpath "$SLUICE_BENCH_CONFIG")")
-
-mkdir -p "$WORK/data"
-(
-    cd "$WORK"
-    exec env -u SLUICE_NATS_URL \
-        SLUICE_LISTEN="127.0.0.1:$PORT" \
-        SLUICE_DATA_DIR="$WORK/data" \
-        SLUICE_DATABASE_URL="sqlite://$WORK/data/sluice.db" \
-        SLUICE_ADMIN_TOKEN="$ADMIN_TOKEN" \
-        SLUICE_LOG="error" \
-        "$SLUICE" "${CONFIG_ARGS[@]}" demo --adapters-dir "$ADAPTERS"
-) >"$WORK/demo.log" 2>&1 &
-SERVER_PID=$!
-
-banner_value() { sed -n "s/^  $1: //p" "$WORK/demo.log" | head -1; }
-for _ in $(seq 1 600); do
-    kill -0 "$SERVER_PID" 2>/dev/null || { echo "error: sluice demo exited early" >&2; grep -v -i -E 'key|token|secret' "$WORK/demo.log" | tail -20 >&2; exit 1; }
-    [ -n "$(banner_value 'connector account stripe-b')" ] && break
-    sleep 0.2
-done
-API_KEY="$(banner_value 'API key')"
-STRIPE_ACCOUNT="$(banner_value 'connector account stripe')"
-[ -n "$API_KEY" ] && [ -n "$STRIPE_ACCOUNT" ] || { echo "error: no demo merchant in the banner" >&2; exit 1; }
+bench_start_demo
 
 admin() { curl -sf -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' "$@"; }
 json_id() { python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
@@ -91,28 +61,7 @@ HOSTILE_MERCHANT="$(admin -X POST "$BASE/admin/merchants" -d '{"name": "hostile"
 HOSTILE_ACCOUNT="$(admin -X POST "$BASE/admin/merchants/$HOSTILE_MERCHANT/connector_accounts" \
     -d '{"adapter": "test-infinite-loop", "label": "burner", "config": {"base_url": "http://127.0.0.1:9"}, "secrets": {"webhook_secret": "whsec_burner"}}' | json_id)"
 
-cat >"$WORK/pay.lua" <<LUA
-local counter = 0
-local thread_id = 0
-local threads = {}
-function setup(thread)
-    thread:set("tid", #threads)
-    table.insert(threads, thread)
-end
-function init(args)
-    thread_id = tid
-end
-request = function()
-    counter = counter + 1
-    local order = string.format("bench-%s-%d-%d", os.getenv("BENCH_PHASE") or "x", thread_id, counter)
-    local body = string.format('{"amount": 1999, "currency": "EUR", "merchant_order_no": "%s", "capture_mode": "automatic", "connector_account": "$STRIPE_ACCOUNT", "payment_method": "pm_card_visa", "confirm": true}', order)
-    return wrk.format("POST", "/v1/payments", {
-        ["Authorization"] = "Bearer $API_KEY",
-        ["Content-Type"] = "application/json",
-        ["Idempotency-Key"] = order,
-    }, body)
-end
-LUA
+bench_write_pay_lua
 cat >"$WORK/flood.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = '{"id": "evt_flood", "type": "payment.succeeded"}'
@@ -122,27 +71,10 @@ LUA
 # One payment first: the adapters' first calls and the database warm up.
 BENCH_PHASE=warm wrk -t1 -c1 -d3s -s "$WORK/pay.lua" "$BASE" >/dev/null
 
-summary() { # wrk output -> "payments/s p50 p99 non2xx timeouts"
-    python3 - "$1" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-def dur(v):
-    m = re.match(r"([\d.]+)(us|ms|s|m)", v)
-    n, u = float(m.group(1)), m.group(2)
-    return n * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p50 = dur(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
-p99 = dur(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-timeouts = re.search(r"timeout (\d+)", text)
-print(f"{rps:.1f} {p50:.1f} {p99:.1f} {non2xx.group(1) if non2xx else 0} {timeouts.group(1) if timeouts else 0}")
-PY
-}
-
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo "== baseline: demo merchant alone, $CONNECTIONS connections, ${SECONDS_PER_RUN}s"
 BENCH_PHASE=base wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/base.txt"
-read -r B_RPS B_P50 B_P99 B_ERR B_TO <<<"$(summary "$WORK/base.txt")"
+read -r B_RPS B_P50 B_P99 B_ERR B_TO _ <<<"$(bench_wrk_summary "$WORK/base.txt")"
 echo "   payments/s $B_RPS  p50 ${B_P50} ms  p99 ${B_P99} ms  non-2xx $B_ERR  timeouts $B_TO"
 
 echo "== flood: $FLOOD connections of webhooks to the looping merchant's route"
@@ -154,7 +86,7 @@ BENCH_PHASE=flood wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s 
 LOAD_DURING="$(cut -d' ' -f1-3 /proc/loadavg)"
 wait "$FLOOD_PID" || true
 FLOOD_PID=""
-read -r U_RPS U_P50 U_P99 U_ERR U_TO <<<"$(summary "$WORK/under.txt")"
+read -r U_RPS U_P50 U_P99 U_ERR U_TO _ <<<"$(bench_wrk_summary "$WORK/under.txt")"
 echo "   payments/s $U_RPS  p50 ${U_P50} ms  p99 ${U_P99} ms  non-2xx $U_ERR  timeouts $U_TO  (load $LOAD_DURING)"
 FLOOD_RPS="$(sed -n 's/^Requests\/sec:\s*//p' "$WORK/flood.txt")"
 echo "   flood: $FLOOD_RPS webhooks/s answered; statuses seen by the flood:"

@@ -10,8 +10,11 @@
 //!   (copied to `<target>/demo-adapters/`; the misbehaving `adapters/test-*` stay out).
 //! - `sim [args...]`: build the adapters, then run the deterministic simulator
 //!   (`sluice-sim`; `--seed S` replays one seed with its trace).
+//! - `bench [--seconds N] [--connections N] [--no-build] [--postgres-only] [--no-adapter]`:
+//!   issue 17's benchmark (release build, wrk, pgbench) with its ratios against the goals.
 //! - `new-adapter NAME [--from TEMPLATE]`: a new adapter crate copied from a working one.
 
+mod bench;
 mod new_adapter;
 
 use std::env;
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Some("build-adapters") => build_adapters().map(|_| ()),
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
+        Some("bench") => bench::bench(&rest),
         Some("sim") => sim(&rest),
         Some("sim-mutants") => sim_mutants(&rest),
         Some("new-adapter") => new_adapter(&rest),
@@ -73,6 +77,10 @@ commands:
   sim-mutants [N]     apply each deliberately wrong patch of host/sim/mutants/ in a scratch
                      worktree and show whether the simulator catches it within N seeds
                      (default 200), and at which seed
+  bench [--seconds N] [--connections N] [--no-build] [--postgres-only] [--no-adapter]
+                     release build, then wrk against `sluice demo` on PostgreSQL and SQLite
+                     with the same run's pgbench baseline, and the adapter-call medians;
+                     prints each figure against its goal (BENCHMARKS.md). Needs wrk, pgbench
   build-adapters     build every crate under adapters/ into <target>/adapters/<name>.wasm
   new-adapter NAME [--from TEMPLATE]
                      create adapters/NAME from a working adapter (default: stripe) under

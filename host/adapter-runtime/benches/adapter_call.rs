@@ -268,6 +268,15 @@ fn print_medians(f: &Fixture, tokio_rt: &tokio::runtime::Runtime) {
     println!(
         "  describe (async handle)   {describe:>10.2?}  (fixed cost of a call: store, instance, WASI context, thread hop)"
     );
+    // One line for `cargo xtask bench` to read.
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "RESULT native_us={:.2} blocking_us={:.2} async_us={:.2} describe_us={:.2}",
+        us(native),
+        us(blocking),
+        us(via_async),
+        us(describe)
+    );
 }
 
 fn main() {

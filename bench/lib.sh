@@ -1,0 +1,116 @@
+# Shared by the benchmark scripts in bench/ (sourced, not run): start a release
+# `sluice demo` on a loopback port, read the demo merchant from its banner, and
+# summarise wrk's output. Needs wrk, curl and python3.
+#
+# The sourcing script sets: SLUICE (binary), ADAPTERS (dir), WORK (temp dir),
+# and optionally DATABASE_URL (default: SQLite in $WORK) and CONFIG_ARGS (array).
+
+bench_require() {
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install -y $tool)" >&2; exit 1; }
+    done
+}
+
+bench_free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Stops a process: TERM, up to 10 s, then KILL.
+bench_stop() {
+    local pid="$1"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+}
+
+# Starts the demo; sets PORT, BASE, ADMIN_TOKEN, SERVER_PID, API_KEY, STRIPE_ACCOUNT.
+bench_start_demo() {
+    PORT="$(bench_free_port)"
+    BASE="http://127.0.0.1:$PORT"
+    ADMIN_TOKEN="bench_admin_$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+    mkdir -p "$WORK/data"
+    (
+        cd "$WORK"
+        exec env -u SLUICE_NATS_URL \
+            SLUICE_LISTEN="127.0.0.1:$PORT" \
+            SLUICE_DATA_DIR="$WORK/data" \
+            SLUICE_DATABASE_URL="${DATABASE_URL:-sqlite://$WORK/data/sluice.db}" \
+            SLUICE_ADMIN_TOKEN="$ADMIN_TOKEN" \
+            SLUICE_LOG="error" \
+            "$SLUICE" "${CONFIG_ARGS[@]}" demo --adapters-dir "$ADAPTERS"
+    ) >"$WORK/demo.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 600); do
+        kill -0 "$SERVER_PID" 2>/dev/null || {
+            echo "error: sluice demo exited early" >&2
+            grep -v -i -E 'key|token|secret' "$WORK/demo.log" | tail -20 >&2
+            exit 1
+        }
+        [ -n "$(bench_banner_value 'connector account stripe-b')" ] && break
+        sleep 0.2
+    done
+    API_KEY="$(bench_banner_value 'API key')"
+    STRIPE_ACCOUNT="$(bench_banner_value 'connector account stripe')"
+    [ -n "$API_KEY" ] && [ -n "$STRIPE_ACCOUNT" ] || { echo "error: no demo merchant in the banner" >&2; exit 1; }
+}
+
+bench_banner_value() { sed -n "s/^  $1: //p" "$WORK/demo.log" | head -1; }
+
+# Writes $WORK/pay.lua: each request creates and confirms one Stripe-format
+# payment of the demo merchant (its own order number and Idempotency-Key).
+bench_write_pay_lua() {
+    cat >"$WORK/pay.lua" <<LUA
+local counter = 0
+local thread_id = 0
+local threads = {}
+function setup(thread)
+    thread:set("tid", #threads)
+    table.insert(threads, thread)
+end
+function init(args)
+    thread_id = tid
+end
+request = function()
+    counter = counter + 1
+    local order = string.format("bench-%s-%d-%d", os.getenv("BENCH_PHASE") or "x", thread_id, counter)
+    local body = string.format('{"amount": 1999, "currency": "EUR", "merchant_order_no": "%s", "capture_mode": "automatic", "connector_account": "$STRIPE_ACCOUNT", "payment_method": "pm_card_visa", "confirm": true}', order)
+    return wrk.format("POST", "/v1/payments", {
+        ["Authorization"] = "Bearer $API_KEY",
+        ["Content-Type"] = "application/json",
+        ["Idempotency-Key"] = order,
+    }, body)
+end
+function done(summary, latency, requests)
+    io.write(string.format("LATENCY_US p50=%d p99=%d p999=%d\n",
+        latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+LUA
+}
+
+# wrk output -> "requests/s p50_ms p99_ms non2xx timeouts p999_ms": the
+# percentiles from pay.lua's LATENCY_US line when present, else wrk's --latency.
+bench_wrk_summary() {
+    python3 - "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+def dur(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m)", v)
+    n, u = float(m.group(1)), m.group(2)
+    return n * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
+def pct(p):
+    m = re.search(r"^\s+%s%%\s+(\S+)" % re.escape(p), text, re.M)
+    return dur(m.group(1)) if m else float("nan")
+exact = re.search(r"LATENCY_US p50=(\d+) p99=(\d+) p999=(\d+)", text)
+if exact:
+    p50, p99, p999 = (int(v) / 1000 for v in exact.groups())
+else:
+    p50, p99, p999 = pct("50"), pct("99"), float("nan")
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+timeouts = re.search(r"timeout (\d+)", text)
+print(f"{rps:.1f} {p50:.1f} {p99:.1f} {non2xx.group(1) if non2xx else 0} {timeouts.group(1) if timeouts else 0} {p999:.1f}")
+PY
+}

@@ -1,0 +1,206 @@
+//! `cargo xtask bench`: issue 17's benchmark in one go. Builds a release
+//! `sluice`, runs `bench/payments.sh` on PostgreSQL and on SQLite (each with its
+//! same-run pgbench baseline or the PostgreSQL figure as its reference) and the
+//! adapter-call medians, then prints every figure as a ratio against its goal.
+//!
+//! The figures come from real tools (wrk, pgbench, pg_stat_statements, the
+//! criterion bench's individually timed calls); this module only runs them and
+//! does the arithmetic, so a ratio here is never a guess.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::{build_adapters, cargo, run, target_dir, workspace_root, Result};
+
+/// One `RESULT key=value ...` line of a bench script.
+type Figures = BTreeMap<String, String>;
+
+struct Options {
+    seconds: u32,
+    connections: u32,
+    build: bool,
+    backends: Vec<&'static str>,
+    adapter: bool,
+}
+
+impl Options {
+    fn parse(args: &[OsString]) -> Result<Options> {
+        let mut options = Options {
+            seconds: 15,
+            connections: 16,
+            build: true,
+            backends: vec!["postgres", "sqlite"],
+            adapter: true,
+        };
+        let mut args = args.iter().map(|a| a.to_string_lossy().into_owned());
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| -> Result<u32> {
+                let v = args.next().ok_or(format!("{name} needs a value"))?;
+                v.parse()
+                    .ok()
+                    .filter(|n| (1..=3600).contains(n))
+                    .ok_or(format!("{name}: expected 1..=3600, got {v}"))
+            };
+            match arg.as_str() {
+                "--seconds" => options.seconds = value("--seconds")?,
+                "--connections" => options.connections = value("--connections")?,
+                "--no-build" => options.build = false,
+                "--postgres-only" => {
+                    options.backends = vec!["postgres"];
+                    options.adapter = false;
+                }
+                "--no-adapter" => options.adapter = false,
+                other => return Err(format!("bench: unknown argument `{other}`")),
+            }
+        }
+        Ok(options)
+    }
+}
+
+pub fn bench(args: &[OsString]) -> Result<()> {
+    let options = Options::parse(args)?;
+    let adapters = build_adapters()?;
+    if options.build {
+        run(cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "sluice-server",
+            "--bin",
+            "sluice",
+        ]))?;
+    }
+    let mut results: BTreeMap<&str, Figures> = BTreeMap::new();
+    for backend in &options.backends {
+        let mut cmd = Command::new("bash");
+        cmd.arg(workspace_root().join("bench/payments.sh"))
+            .env("BENCH_BACKEND", backend)
+            .env("BENCH_SECONDS", options.seconds.to_string())
+            .env("BENCH_CONNECTIONS", options.connections.to_string())
+            .env("SLUICE_BIN", target_dir().join("release/sluice"))
+            .env("SLUICE_BENCH_ADAPTERS", &adapters);
+        results.insert(backend, result_line(&mut cmd)?);
+    }
+    if options.adapter {
+        let mut cmd = cargo();
+        // The filter matches no criterion group: only the individually timed
+        // medians run, which is what the goals are stated in.
+        cmd.args(["bench", "-q", "-p", "sluice-adapter-runtime", "--bench"])
+            .args(["adapter_call", "--", "medians-only"]);
+        results.insert("adapter", result_line(&mut cmd)?);
+    }
+    print_goals(&results);
+    Ok(())
+}
+
+/// Runs `cmd`, echoing its output, and returns the figures of its RESULT line.
+fn result_line(cmd: &mut Command) -> Result<Figures> {
+    let mut child = cmd
+        .current_dir(workspace_root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let mut figures = None;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("RESULT ") {
+                figures = Some(parse_figures(rest));
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| format!("{cmd:?}: {e}"))?;
+    match figures {
+        Some(f) if status.success() => Ok(f),
+        _ => Err(format!("{cmd:?} ended with {status} and no RESULT line")),
+    }
+}
+
+fn parse_figures(line: &str) -> Figures {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn num(figures: Option<&Figures>, key: &str) -> Option<f64> {
+    figures?.get(key)?.parse().ok()
+}
+
+/// One goal: a measured ratio against its bound.
+struct Goal {
+    name: &'static str,
+    value: Option<f64>,
+    at_most: bool,
+    bound: f64,
+}
+
+fn print_goals(results: &BTreeMap<&str, Figures>) {
+    let pg = results.get("postgres");
+    let lite = results.get("sqlite");
+    let adapter = results.get("adapter");
+    let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b.filter(|b| *b > 0.0)?);
+    let goals = [
+        Goal {
+            name: "PostgreSQL settled payments/s / pgbench INSERT tps",
+            value: ratio(num(pg, "settled_per_s"), num(pg, "pgbench_tps")),
+            at_most: false,
+            bound: 0.10,
+        },
+        Goal {
+            name: "SQLite settled payments/s / PostgreSQL's",
+            value: ratio(num(lite, "settled_per_s"), num(pg, "settled_per_s")),
+            at_most: false,
+            bound: 0.5,
+        },
+        Goal {
+            name: "SQLite p99 / PostgreSQL p99 (create+confirm)",
+            value: ratio(num(lite, "p99_ms"), num(pg, "p99_ms")),
+            at_most: true,
+            bound: 3.0,
+        },
+        Goal {
+            name: "adapter call via the async handle / native (2 KB webhook)",
+            value: ratio(num(adapter, "async_us"), num(adapter, "native_us")),
+            at_most: true,
+            bound: 2.0,
+        },
+        Goal {
+            name: "fixed cost of an adapter call (describe), µs",
+            value: num(adapter, "describe_us"),
+            at_most: true,
+            bound: 10.0,
+        },
+        Goal {
+            name: "RSS high-water at full load, PostgreSQL, MB",
+            value: num(pg, "rss_mb"),
+            at_most: true,
+            bound: 150.0,
+        },
+    ];
+    println!("\n== issue 17 goals");
+    for goal in goals {
+        let verdict = match goal.value {
+            None => "not measured".to_owned(),
+            Some(v) => {
+                let met = if goal.at_most {
+                    v <= goal.bound
+                } else {
+                    v >= goal.bound
+                };
+                format!("{v:.3}  {}", if met { "met" } else { "NOT met" })
+            }
+        };
+        let op = if goal.at_most { "<=" } else { ">=" };
+        println!("  {:<62} goal {op} {:<6} {verdict}", goal.name, goal.bound);
+    }
+    if let Some(pg) = pg {
+        println!(
+            "  per payment on PostgreSQL: {} commits, {} statements",
+            pg.get("commits_per_payment").map_or("-", String::as_str),
+            pg.get("statements_per_payment").map_or("-", String::as_str)
+        );
+    }
+}
