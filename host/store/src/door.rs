@@ -399,10 +399,10 @@ impl Store {
     ) -> Result<Applied, StoreError> {
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
-            let refund_id = find_id(&mut tx, "refunds", "reference", refund_reference)
-                .await?
-                .ok_or_else(|| StoreError::not_found("refund", refund_reference))?;
-            let payment_id = payment_of(&mut tx, "refunds", &refund_id).await?;
+            let (refund_id, payment_id) =
+                find_row(&mut tx, "refunds", "reference", refund_reference)
+                    .await?
+                    .ok_or_else(|| StoreError::not_found("refund", refund_reference))?;
             let order = order_in(&mut tx, &payment_id).await?;
             let amounts = amounts_in(&mut tx, &payment_id).await?;
             let refund = refund_in(&mut tx, &refund_id).await?;
@@ -1207,28 +1207,24 @@ struct Located {
     payment_id: String,
 }
 
-async fn find_id(
+/// The id of the row of `table` whose `column` is `key`, and the payment it
+/// belongs to: one statement, as every door entry needs both.
+async fn find_row(
     tx: &mut Tx,
     table: &str,
     column: &str,
     key: &str,
-) -> Result<Option<String>, StoreError> {
-    let row = sqlx::query(&format!("SELECT id FROM {table} WHERE {column} = $1"))
-        .bind(key)
-        .fetch_optional(&mut **tx)
-        .await?;
+) -> Result<Option<(String, String)>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT id, payment_id FROM {table} WHERE {column} = $1"
+    ))
+    .bind(key)
+    .fetch_optional(&mut **tx)
+    .await?;
     Ok(match row {
-        Some(row) => Some(row.try_get::<String, _>("id")?),
+        Some(row) => Some((row.try_get("id")?, row.try_get("payment_id")?)),
         None => None,
     })
-}
-
-async fn payment_of(tx: &mut Tx, table: &str, id: &str) -> Result<String, StoreError> {
-    let row = sqlx::query(&format!("SELECT payment_id FROM {table} WHERE id = $1"))
-        .bind(id)
-        .fetch_one(&mut **tx)
-        .await?;
-    Ok(row.try_get::<String, _>("payment_id")?)
 }
 
 async fn inbox_processed(tx: &mut Tx, inbox_id: &str) -> Result<bool, StoreError> {

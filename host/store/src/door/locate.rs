@@ -9,7 +9,7 @@
 //! the aggregate a call was about ([`EventTarget::Attempt`], `Refund`,
 //! `Capture`) are the host's own and need no scope.
 
-use super::{find_id, payment_of, EventTarget, Located};
+use super::{find_row, EventTarget, Located};
 use crate::db::Tx;
 use crate::payments::{attempt_from, capture_from, PaymentAttempt, ATTEMPT_COLS, CAPTURE_COLS};
 use crate::StoreError;
@@ -147,10 +147,9 @@ async fn own(
     table: &str,
     reference: &str,
 ) -> Result<Located, StoreError> {
-    let id = find_id(tx, table, "reference", reference)
+    let (id, payment_id) = find_row(tx, table, "reference", reference)
         .await?
         .ok_or_else(|| StoreError::not_found(entity_name(aggregate), reference))?;
-    let payment_id = payment_of(tx, table, &id).await?;
     Ok(Located {
         aggregate,
         id,

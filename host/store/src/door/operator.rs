@@ -164,10 +164,10 @@ pub(super) async fn pending_payment_id(
     id: &str,
 ) -> Result<String, StoreError> {
     let (table, entity) = pending_table(kind);
-    if find_id(tx, table, "id", id).await?.is_none() {
-        return Err(StoreError::not_found(entity, id));
+    match find_row(tx, table, "id", id).await? {
+        Some((_, payment_id)) => Ok(payment_id),
+        None => Err(StoreError::not_found(entity, id)),
     }
-    payment_of(tx, table, id).await
 }
 
 /// The attempt, capture or refund `id` as a door subject.
