@@ -85,19 +85,18 @@ impl Store {
         attempt_id: &str,
         pin: &AdapterPin,
     ) -> Result<AdapterPin, StoreError> {
-        sqlx::query(
-            "UPDATE payment_attempts SET adapter_version = $2, adapter_digest = $3 \
-             WHERE id = $1 AND adapter_digest IS NULL",
+        // One statement: the CASE keeps an existing pin (a racing second pin
+        // re-reads the row under its lock and keeps the first), RETURNING
+        // answers with the pin the attempt has afterwards.
+        let row = sqlx::query(
+            "UPDATE payment_attempts SET \
+             adapter_version = CASE WHEN adapter_digest IS NULL THEN $2 ELSE adapter_version END, \
+             adapter_digest = COALESCE(adapter_digest, $3) \
+             WHERE id = $1 RETURNING adapter_version, adapter_digest",
         )
         .bind(attempt_id)
         .bind(&pin.version)
         .bind(&pin.digest)
-        .execute(&self.pool)
-        .await?;
-        let row = sqlx::query(
-            "SELECT adapter_version, adapter_digest FROM payment_attempts WHERE id = $1",
-        )
-        .bind(attempt_id)
         .fetch_optional(&self.pool)
         .await?
         .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;

@@ -573,3 +573,20 @@ dual_test! {
         assert!(store.outbox_for_payment(&payment.id).await.unwrap().is_empty());
     }
 }
+
+dual_test! {
+    /// Issue 15: an attempt follows the adapter version that built its first request,
+    /// whatever is active when it is looked at again.
+    async fn an_attempt_keeps_the_first_adapter_pin_it_was_given(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let (_, attempt) = fx.submitted(store, "PIN-1", 100, CaptureMode::Automatic).await;
+        let first = sluice_store::AdapterPin { version: "1.0.0".into(), digest: "sha256:aaa".into() };
+        let later = sluice_store::AdapterPin { version: "1.1.0".into(), digest: "sha256:bbb".into() };
+        assert_eq!(store.pin_attempt_adapter(&attempt.id, &first).await.unwrap(), first);
+        assert_eq!(store.pin_attempt_adapter(&attempt.id, &later).await.unwrap(), first, "a pin is never replaced");
+        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().adapter_pin, Some(first));
+        let missing = store.pin_attempt_adapter("att_missing", &later).await;
+        assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
+    }
+}
