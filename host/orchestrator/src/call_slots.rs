@@ -96,8 +96,68 @@ impl CallLimits {
         }
     }
 
+    /// The gateway-wide defaults as written in `sluice.toml`'s `[psp_calls]`:
+    /// unset fields keep the built-in ones (with `max_concurrent_calls` alone,
+    /// a quarter of it is reserved for queries, as for an account). Values out
+    /// of bounds are refused, not clamped: a typo must not quietly become the
+    /// limit every account runs with.
+    pub fn from_settings(
+        max_concurrent_calls: Option<u64>,
+        reserved_query_calls: Option<u64>,
+        call_slot_wait_ms: Option<u64>,
+    ) -> Result<CallLimits, CallLimitsError> {
+        let defaults = CallLimits::default();
+        let max_concurrent = match max_concurrent_calls {
+            Some(n) => bounded("max_concurrent_calls", n, 1, MAX_SLOTS as u64)? as usize,
+            None => defaults.max_concurrent,
+        };
+        let reserved_for_queries = match reserved_query_calls {
+            Some(n) => {
+                let most = max_concurrent as u64 - 1;
+                bounded("reserved_query_calls", n, 0, most)? as usize
+            }
+            None if max_concurrent_calls.is_some() => max_concurrent / 4,
+            None => defaults.reserved_for_queries.min(max_concurrent - 1),
+        };
+        let wait = match call_slot_wait_ms {
+            Some(ms) => {
+                let most = MAX_WAIT.as_millis() as u64;
+                Duration::from_millis(bounded("call_slot_wait_ms", ms, 0, most)?)
+            }
+            None => defaults.wait,
+        };
+        Ok(CallLimits {
+            max_concurrent,
+            reserved_for_queries,
+            wait,
+        })
+    }
+
     fn sends(&self) -> usize {
         self.max_concurrent - self.reserved_for_queries
+    }
+}
+
+/// A `[psp_calls]` setting out of its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("psp_calls.{name} = {value}: must be between {least} and {most}")]
+pub struct CallLimitsError {
+    pub name: &'static str,
+    pub value: u64,
+    pub least: u64,
+    pub most: u64,
+}
+
+fn bounded(name: &'static str, value: u64, least: u64, most: u64) -> Result<u64, CallLimitsError> {
+    if (least..=most).contains(&value) {
+        Ok(value)
+    } else {
+        Err(CallLimitsError {
+            name,
+            value,
+            least,
+            most,
+        })
     }
 }
 
@@ -257,6 +317,37 @@ mod tests {
             reserved_for_queries: reserved,
             wait: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn sluice_toml_defaults_keep_unset_fields_and_refuse_values_out_of_bounds() {
+        assert_eq!(
+            CallLimits::from_settings(None, None, None),
+            Ok(CallLimits::default())
+        );
+        let set = CallLimits::from_settings(Some(100), None, Some(250)).unwrap();
+        assert_eq!(
+            (set.max_concurrent, set.reserved_for_queries),
+            (100, 25),
+            "a quarter for queries"
+        );
+        assert_eq!(set.wait, Duration::from_millis(250));
+        let one = CallLimits::from_settings(Some(1), None, None).unwrap();
+        assert_eq!(one.reserved_for_queries, 0, "new work always keeps a slot");
+        for (max, reserved, wait, field) in [
+            (Some(0), None, None, "max_concurrent_calls"),
+            (Some(4_097), None, None, "max_concurrent_calls"),
+            (Some(4), Some(4), None, "reserved_query_calls"),
+            (None, None, Some(30_001), "call_slot_wait_ms"),
+        ] {
+            let refused = CallLimits::from_settings(max, reserved, wait).unwrap_err();
+            assert_eq!(refused.name, field, "{refused}");
+        }
+        let err = CallLimits::from_settings(Some(4), Some(9), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "psp_calls.reserved_query_calls = 9: must be between 0 and 3"
+        );
     }
 
     #[tokio::test]

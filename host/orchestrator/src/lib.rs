@@ -55,7 +55,7 @@ pub mod webhook;
 pub use advance::{Action, Advanced};
 pub use breakers::{AccountHealth, AdapterHealth, BreakerHealth};
 pub use call::NotSent;
-pub use call_slots::{CallLimits, Shed};
+pub use call_slots::{CallLimits, CallLimitsError, Shed};
 pub use commands::{CaptureView, ConfirmOptions, Created, PaymentView, RefundView};
 pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};
 pub use create::{CreatePayment, RouteRefusal};

@@ -47,6 +47,9 @@ pub struct Config {
     pub fulfillment: FulfillmentTimings,
     /// The per-account rate limit of the PSP webhook route (`[webhooks]`).
     pub webhooks: WebhookIntake,
+    /// Default PSP call slots of every connector account (`[psp_calls]`); an
+    /// account's config keys of the same names win.
+    pub psp_calls: sluice_orchestrator::CallLimits,
     /// The master key that seals secrets at rest (`master_key`, `SLUICE_MASTER_KEY`:
     /// 32 bytes as 64 hex digits or base64). `sluice serve` refuses to start without it.
     pub master_key: Option<Secret>,
@@ -251,6 +254,36 @@ impl WebhookIntake {
     }
 }
 
+/// The PSP call bulkhead's defaults per connector account, as written in
+/// `[psp_calls]` (issue 13): calls in flight at once through one account, how
+/// many of them only queries may use, and how long a call waits for a slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PspCalls {
+    pub max_concurrent_calls: Option<u64>,
+    pub reserved_query_calls: Option<u64>,
+    pub call_slot_wait_ms: Option<u64>,
+}
+
+impl PspCalls {
+    fn limits(&self) -> Result<sluice_orchestrator::CallLimits, ConfigError> {
+        sluice_orchestrator::CallLimits::from_settings(
+            self.max_concurrent_calls,
+            self.reserved_query_calls,
+            self.call_slot_wait_ms,
+        )
+        .map_err(|e| ConfigError::InvalidValue {
+            name: match e.name {
+                "max_concurrent_calls" => "psp_calls.max_concurrent_calls",
+                "reserved_query_calls" => "psp_calls.reserved_query_calls",
+                _ => "psp_calls.call_slot_wait_ms",
+            },
+            value: e.value.to_string(),
+            reason: format!("between {} and {}", e.least, e.most),
+        })
+    }
+}
+
 /// Timings of the fulfillment guarantee, as written in `[fulfillment]`
 /// (milliseconds). Unset fields keep the core's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -354,6 +387,8 @@ struct FileConfig {
     fulfillment: FulfillmentTimings,
     #[serde(default)]
     webhooks: WebhookIntake,
+    #[serde(default)]
+    psp_calls: PspCalls,
     master_key: Option<String>,
     #[serde(default)]
     previous_master_keys: Vec<String>,
@@ -504,6 +539,7 @@ impl Config {
                 file.webhooks.validate()?;
                 file.webhooks
             },
+            psp_calls: file.psp_calls.limits()?,
             master_key: master_key.map(Secret::new),
             previous_master_keys: previous_master_keys.into_iter().map(Secret::new).collect(),
             dev_master_key: false,
@@ -700,6 +736,30 @@ action_timeout = 1",
         )
         .unwrap_err();
         assert!(err.to_string().contains("action_timeout"), "{err}");
+    }
+
+    #[test]
+    fn psp_call_slot_defaults_come_from_the_psp_calls_section_and_nonsense_is_refused() {
+        let text = "[psp_calls]\nmax_concurrent_calls = 8\nreserved_query_calls = 3\ncall_slot_wait_ms = 500";
+        let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
+        let limits = config.psp_calls;
+        assert_eq!((limits.max_concurrent, limits.reserved_for_queries), (8, 3));
+        assert_eq!(limits.wait, std::time::Duration::from_millis(500));
+        let unset = Config::from_parts(None, no_env).unwrap();
+        assert_eq!(unset.psp_calls, sluice_orchestrator::CallLimits::default());
+        for (bad, field) in [
+            ("max_concurrent_calls = 0", "psp_calls.max_concurrent_calls"),
+            (
+                "max_concurrent_calls = 2\nreserved_query_calls = 2",
+                "psp_calls.reserved_query_calls",
+            ),
+            ("call_slot_wait_ms = 60000", "psp_calls.call_slot_wait_ms"),
+            ("max_calls = 3", "max_calls"),
+        ] {
+            let text = format!("[psp_calls]\n{bad}");
+            let err = Config::from_parts(Some((&text, Path::new("s.toml"))), no_env).unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct PaymentSettings {
     pub adapter_recovery: BTreeMap<String, AdapterRecoveryConfig>,
     /// The webhook route's per-account rate limit (`[webhooks]`).
     pub webhooks: crate::config::WebhookIntake,
+    /// Default PSP call slots per connector account (`[psp_calls]`).
+    pub psp_calls: sluice_orchestrator::CallLimits,
 }
 
 /// The assembled services. Cheap to clone.
@@ -88,6 +90,7 @@ impl PaymentServices {
         if let Some(lease) = millis(timings.inbox_lease_ms) {
             orchestrator_config.inbox.lease = lease;
         }
+        orchestrator_config.call_limits = settings.psp_calls;
         orchestrator_config.adapter_recovery = settings
             .adapter_recovery
             .iter()

@@ -189,6 +189,7 @@ pub async fn start(
             workers: config.workers.clone(),
             adapter_recovery: config.adapter_recovery.clone(),
             webhooks: config.webhooks,
+            psp_calls: config.psp_calls,
         },
     )?;
     let payment_routes = services.router(auth.clone());
