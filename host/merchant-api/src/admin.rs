@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, OptionalJson};
+use crate::limits::{self, RateLimit};
 use crate::payments::json;
 use crate::requests::{self as req};
 use crate::MerchantApiState;
@@ -95,7 +96,8 @@ pub struct CreateConnectorAccountRequest {
     /// Unique per merchant.
     #[schema(schema_with = label_schema)]
     pub label: String,
-    /// Non-secret settings, e.g. `base_url`, `merchant_account`.
+    /// Non-secret settings, e.g. `base_url`, `merchant_account`, and the
+    /// host's own keys (`webhook_burst`, `webhook_per_second`, ...).
     #[serde(default)]
     #[schema(schema_with = config_schema)]
     pub config: BTreeMap<String, String>,
@@ -114,6 +116,15 @@ impl std::fmt::Debug for CreateConnectorAccountRequest {
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// A connector account's new non-secret settings.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorAccountConfigRequest {
+    /// Replaces the account's settings as a whole (a key left out is removed).
+    #[schema(schema_with = config_schema)]
+    pub config: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -241,8 +252,28 @@ fn settings_schema(description: &str) -> utoipa::openapi::Object {
     )
 }
 
+/// [`account_config`]: settings, with the webhook limit keys' rule stated.
 fn config_schema() -> utoipa::openapi::Object {
-    settings_schema("Non-secret settings, e.g. `base_url`, `merchant_account`.")
+    use crate::openapi::fields::webhook_rate;
+    let mut schema = settings_schema(
+        "Non-secret settings, e.g. `base_url`, `merchant_account`, and the host's own keys of \
+         the account, among them its PSP webhook limit, which wins over the gateway's `[webhooks]`.",
+    );
+    for (key, description) in [
+        (
+            limits::WEBHOOK_BURST_KEY,
+            "Webhooks the account may send at once (its PSP webhook route's burst).",
+        ),
+        (
+            limits::WEBHOOK_PER_SECOND_KEY,
+            "Refill of the account's webhook bucket, webhooks per second.",
+        ),
+    ] {
+        schema
+            .properties
+            .insert(key.to_owned(), webhook_rate(description).into());
+    }
+    schema
 }
 
 fn secrets_schema() -> utoipa::openapi::Object {
@@ -288,6 +319,21 @@ fn settings(map: &BTreeMap<String, String>, param: &str) -> Result<serde_json::V
         out.insert(key, serde_json::Value::String(value.clone()));
     }
     Ok(serde_json::Value::Object(out))
+}
+
+/// [`settings`] of a connector account's `config`, with the host's keys
+/// checked: a webhook limit out of range is refused naming its key.
+fn account_config(map: &BTreeMap<String, String>) -> Result<serde_json::Value, ApiError> {
+    let config = settings(map, "config")?;
+    if let Some(key) = limits::invalid_rate_key(map) {
+        let max = limits::MAX_WEBHOOK_RATE;
+        return Err(ApiError::invalid(
+            "parameter_invalid",
+            &format!("config.{key}"),
+            format!("config.{key} must be a whole number from 1 to {max}, in decimal digits"),
+        ));
+    }
+    Ok(config)
 }
 
 /// Create a merchant.
@@ -442,7 +488,7 @@ pub async fn create_connector_account(
         ));
     }
     let label = req::required_text(&body.label, "label", MAX_LABEL_CHARS)?;
-    let config = settings(&body.config, "config")?;
+    let config = account_config(&body.config)?;
     let secrets = settings(&body.secrets, "secrets")?;
     let account = state
         .store
@@ -483,4 +529,51 @@ pub async fn list_connector_accounts(
             data: accounts.iter().map(ConnectorAccountView::from).collect(),
         },
     ))
+}
+
+/// Replace a connector account's non-secret settings (its secrets change
+/// through rotation). A new webhook limit applies to the account's next
+/// webhook: at once on this instance, within 10 s on other gateway instances.
+#[utoipa::path(
+    put, path = "/admin/merchants/{merchant_id}/connector_accounts/{account_id}/config", tag = "admin",
+    params(("merchant_id" = String, Path), ("account_id" = String, Path)),
+    request_body = ConnectorAccountConfigRequest,
+    responses(
+        (status = 200, body = ConnectorAccountView),
+        (status = 400, description = "A malformed setting, e.g. a webhook limit out of range; nothing changed", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such merchant, or no such connector account of it", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
+pub async fn put_connector_account_config(
+    State(state): State<MerchantApiState>,
+    ApiPath((merchant_id, account_id)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<ConnectorAccountConfigRequest>,
+) -> Result<Response, ApiError> {
+    let merchant_id = merchant_id_or_404(&merchant_id)?;
+    if !req::looks_like_id(&account_id) {
+        return Err(ApiError::not_found(
+            "resource_missing",
+            "no such connector account",
+        ));
+    }
+    let config = account_config(&body.config)?;
+    // Scoped to the merchant: another merchant's account is a 404, unchanged.
+    state
+        .store
+        .get_connector_account(&account_id, Some(merchant_id))
+        .await?;
+    let account = state
+        .store
+        .update_connector_account(&account_id, Some(&config), None, None)
+        .await?;
+    let limiter = state.webhook_limiter();
+    limiter.set_limit(
+        &limits::limit_key(&account.adapter, &account.id),
+        RateLimit::for_account(limiter.default_limit(), &account.config),
+        std::time::Instant::now(),
+    );
+    tracing::info!(merchant = %merchant_id, connector_account = %account.id, "connector account config replaced");
+    Ok(json(StatusCode::OK, &ConnectorAccountView::from(&account)))
 }

@@ -64,8 +64,14 @@ pub struct ApiConfig {
     /// may take it over (a crashed instance must not block the key forever).
     /// Longer than any request can run.
     pub idempotency_lease_ms: i64,
-    /// Per `adapter/connector_account` rate limit of the webhook route.
+    /// Per `adapter/connector_account` rate limit of the webhook route, for
+    /// accounts without their own (config keys `webhook_burst`,
+    /// `webhook_per_second`, see [`limits::RateLimit::for_account`]).
     pub webhook_rate_limit: RateLimit,
+    /// How long the webhook route uses an account's limit before reading the
+    /// account again: a change made through another gateway instance takes
+    /// effect here within it (one made here does at once).
+    pub webhook_limit_refresh: Duration,
     /// The recovery scanner's policy, so the timeline's `next` says what
     /// the scanner will do (the server passes the scanner's own).
     pub recovery_policy: sluice_core::RecoveryPolicy,
@@ -76,6 +82,7 @@ impl Default for ApiConfig {
         ApiConfig {
             idempotency_lease_ms: 5 * 60 * 1000,
             webhook_rate_limit: RateLimit::default(),
+            webhook_limit_refresh: limits::WEBHOOK_LIMIT_REFRESH,
             recovery_policy: sluice_core::RecoveryPolicy::default(),
         }
     }
@@ -107,7 +114,10 @@ impl MerchantApiState {
             store: orchestrator.store().clone(),
             orchestrator,
             pepper,
-            webhook_limiter: Arc::new(KeyedRateLimiter::new(config.webhook_rate_limit)),
+            webhook_limiter: Arc::new(KeyedRateLimiter::new(
+                config.webhook_rate_limit,
+                config.webhook_limit_refresh,
+            )),
             config: Arc::new(config),
             webhook_metrics: Arc::new(WebhookMetrics::default()),
         }
@@ -183,6 +193,7 @@ fn admin_routes() -> OpenApiRouter<MerchantApiState> {
             admin::create_connector_account,
             admin::list_connector_accounts
         ))
+        .routes(routes!(admin::put_connector_account_config))
         .routes(routes!(secrets_admin::rotate_connector_secret))
         .routes(routes!(review::create_operator, review::list_operators))
         .routes(routes!(review::disable_operator))

@@ -1,11 +1,17 @@
 //! A small keyed token bucket for the webhook route, and the webhook counters.
 //!
 //! Keyed by `adapter/connector_account`, so one noisy (or hostile) sender
-//! cannot starve the webhooks of every other account. The number of keys is
-//! bounded: when the table is full, idle buckets are dropped, and if none is
-//! idle new keys share one overflow bucket.
+//! cannot starve the webhooks of every other account. Each key's bucket has
+//! the limit of its connector account: the gateway-wide default
+//! (`[webhooks]` in `sluice.toml`) with the account's config keys
+//! `webhook_burst` / `webhook_per_second` on top ([`RateLimit::for_account`]).
+//! The limit lives in the bucket with the time it was read, so the route reads
+//! an account's config at most once per refresh interval, not per webhook.
+//! The number of keys is bounded: when the table is full, idle buckets are
+//! dropped, and if none is idle new keys share one overflow bucket at the
+//! default limit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,6 +33,73 @@ impl Default for RateLimit {
     }
 }
 
+/// How long the webhook route uses a limit read from a connector account
+/// before reading it again (`ApiConfig::webhook_limit_refresh`): a change
+/// made through another gateway instance reaches this one within it, and an
+/// account's config is read at most this often, never per webhook.
+pub const WEBHOOK_LIMIT_REFRESH: Duration = Duration::from_secs(10);
+
+/// Largest webhook burst or rate a gateway or a connector account may set
+/// (the bucket counts in u64 thousandths, so this stays far from overflow).
+pub const MAX_WEBHOOK_RATE: u32 = 1_000_000;
+/// The connector account's config key overriding the default burst.
+pub const WEBHOOK_BURST_KEY: &str = "webhook_burst";
+/// The connector account's config key overriding the default refill per second.
+pub const WEBHOOK_PER_SECOND_KEY: &str = "webhook_per_second";
+/// [`parse_rate`] as a regular expression, for the OpenAPI document.
+pub const RATE_PATTERN: &str = "^([1-9][0-9]{0,5}|1000000)$";
+
+/// A config value of [`WEBHOOK_BURST_KEY`] or [`WEBHOOK_PER_SECOND_KEY`]: a
+/// whole number from 1 to [`MAX_WEBHOOK_RATE`] in plain decimal digits (no
+/// sign, space or leading zero, exactly [`RATE_PATTERN`]).
+pub fn parse_rate(value: &str) -> Option<u32> {
+    let digits_only = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    // Seven digits at most, so the parse cannot overflow before the range check.
+    if !digits_only || value.starts_with('0') || value.len() > 7 {
+        return None;
+    }
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|v| (1..=MAX_WEBHOOK_RATE).contains(v))
+}
+
+/// The first webhook limit key of a connector account's config whose value
+/// [`parse_rate`] refuses, for the admin API's 400.
+pub fn invalid_rate_key(config: &BTreeMap<String, String>) -> Option<&'static str> {
+    [WEBHOOK_BURST_KEY, WEBHOOK_PER_SECOND_KEY]
+        .into_iter()
+        .find(|key| config.get(*key).is_some_and(|v| parse_rate(v).is_none()))
+}
+
+impl RateLimit {
+    /// `default` with the connector account's own `webhook_burst` and
+    /// `webhook_per_second` on top, each on its own. A stored value the admin
+    /// API would refuse (written before it checked) keeps the default.
+    pub fn for_account(default: RateLimit, config: &serde_json::Value) -> RateLimit {
+        let key = |name: &str| config.get(name)?.as_str().and_then(parse_rate);
+        RateLimit {
+            burst: key(WEBHOOK_BURST_KEY).unwrap_or(default.burst),
+            per_second: key(WEBHOOK_PER_SECOND_KEY).unwrap_or(default.per_second),
+        }
+    }
+
+    /// The bucket's size in thousandths of a token.
+    fn capacity(&self) -> u64 {
+        u64::from(self.burst.max(1)) * MILLI
+    }
+
+    /// Thousandths of a token added per millisecond.
+    fn rate(&self) -> u64 {
+        u64::from(self.per_second.max(1))
+    }
+}
+
+/// The key of a webhook route's bucket.
+pub fn limit_key(adapter: &str, connector_account: &str) -> String {
+    format!("{adapter}/{connector_account}")
+}
+
 /// Tokens are counted in thousandths so refills need no floats.
 const MILLI: u64 = 1000;
 const MAX_KEYS: usize = 10_000;
@@ -36,59 +109,132 @@ const OVERFLOW_KEY: &str = "\u{0}overflow";
 struct Bucket {
     milli_tokens: u64,
     last: Instant,
+    limit: RateLimit,
+    /// When `limit` was read from the connector account; None: never (the
+    /// default was assumed), so the next webhook reads it.
+    limit_read: Option<Instant>,
+}
+
+impl Bucket {
+    /// Bring the tokens up to `now` under the bucket's current limit.
+    fn refill(&mut self, now: Instant) {
+        self.milli_tokens = refilled(self, now);
+        self.last = now;
+    }
+
+    /// Re-size to `limit`, keeping what was spent: the tokens used from the
+    /// old burst are used from the new one too. A raise adds its headroom at
+    /// once (an operator raises a limit during a PSP's catch-up burst); a cut
+    /// leaves at most the new burst, and nothing while more was spent.
+    fn resize(&mut self, limit: RateLimit) {
+        let spent = self.limit.capacity().saturating_sub(self.milli_tokens);
+        self.milli_tokens = limit.capacity().saturating_sub(spent);
+        self.limit = limit;
+    }
 }
 
 #[derive(Debug)]
 pub struct KeyedRateLimiter {
-    limit: RateLimit,
+    default: RateLimit,
+    refresh: Duration,
     buckets: Mutex<HashMap<String, Bucket>>,
 }
 
 impl KeyedRateLimiter {
-    pub fn new(limit: RateLimit) -> Self {
+    /// Buckets of `default` until an account's own limit is read; a limit
+    /// read is used for `refresh`, then read again.
+    pub fn new(default: RateLimit, refresh: Duration) -> Self {
         KeyedRateLimiter {
-            limit,
+            default,
+            refresh,
             buckets: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Take one token for `key`; on refusal, how long until one is available.
+    /// The gateway-wide limit, for keys whose account sets none.
+    pub fn default_limit(&self) -> RateLimit {
+        self.default
+    }
+
+    /// Whether `key` has a limit read less than the refresh interval ago, so
+    /// [`Self::check`] needs no read of the account.
+    pub fn has_fresh_limit(&self, key: &str, now: Instant) -> bool {
+        self.lock().get(key).is_some_and(|b| {
+            b.limit_read
+                .is_some_and(|read| now.saturating_duration_since(read) < self.refresh)
+        })
+    }
+
+    /// Take one token for `key` under the limit its bucket has (the default
+    /// for a new key); on refusal, how long until one is available.
     pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
-        let capacity = u64::from(self.limit.burst.max(1)) * MILLI;
-        let rate = u64::from(self.limit.per_second.max(1));
-        // A poisoned lock only means another request panicked mid-update; the
-        // map of counters is still usable.
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if !buckets.contains_key(key) && buckets.len() >= MAX_KEYS {
-            buckets.retain(|_, b| refilled(b, now, rate, capacity) < capacity);
+        self.take(key, None, now)
+    }
+
+    /// [`Self::check`] with `limit` just read from the key's account: the
+    /// bucket is re-sized to it and it is fresh for the refresh interval.
+    pub fn check_read(&self, key: &str, limit: RateLimit, now: Instant) -> Result<(), Duration> {
+        self.take(key, Some(limit), now)
+    }
+
+    /// An account's limit changed here (the admin API): a bucket of `key` is
+    /// re-sized now, so new requests get it without waiting for a refresh.
+    /// Without a bucket nothing is kept: its first webhook reads the account.
+    pub fn set_limit(&self, key: &str, limit: RateLimit, now: Instant) {
+        if let Some(bucket) = self.lock().get_mut(key) {
+            bucket.refill(now);
+            bucket.resize(limit);
+            bucket.limit_read = Some(now);
         }
-        let key = if buckets.contains_key(key) || buckets.len() < MAX_KEYS {
-            key
+    }
+
+    fn take(&self, key: &str, read: Option<RateLimit>, now: Instant) -> Result<(), Duration> {
+        let mut buckets = self.lock();
+        if !buckets.contains_key(key) && buckets.len() >= MAX_KEYS {
+            buckets.retain(|_, b| refilled(b, now) < b.limit.capacity());
+        }
+        let (key, read) = if buckets.contains_key(key) || buckets.len() < MAX_KEYS {
+            (key, read)
         } else {
-            OVERFLOW_KEY
+            // The shared overflow bucket never takes one account's limit.
+            (OVERFLOW_KEY, None)
         };
         let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
-            milli_tokens: capacity,
+            milli_tokens: read.unwrap_or(self.default).capacity(),
             last: now,
+            limit: read.unwrap_or(self.default),
+            limit_read: None,
         });
-        bucket.milli_tokens = refilled(bucket, now, rate, capacity);
-        bucket.last = now;
+        bucket.refill(now);
+        if let Some(limit) = read {
+            bucket.resize(limit);
+            bucket.limit_read = Some(now);
+        }
         if bucket.milli_tokens >= MILLI {
             bucket.milli_tokens -= MILLI;
             Ok(())
         } else {
             let missing = MILLI - bucket.milli_tokens;
-            Err(Duration::from_millis(missing.div_ceil(rate)))
+            Err(Duration::from_millis(missing.div_ceil(bucket.limit.rate())))
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
+        // A poisoned lock only means another request panicked mid-update; the
+        // map of counters is still usable.
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-fn refilled(bucket: &Bucket, now: Instant, rate: u64, capacity: u64) -> u64 {
+fn refilled(bucket: &Bucket, now: Instant) -> u64 {
     let elapsed_ms = now.saturating_duration_since(bucket.last).as_millis();
     let added = u64::try_from(elapsed_ms)
         .unwrap_or(u64::MAX)
-        .saturating_mul(rate);
-    bucket.milli_tokens.saturating_add(added).min(capacity)
+        .saturating_mul(bucket.limit.rate());
+    bucket
+        .milli_tokens
+        .saturating_add(added)
+        .min(bucket.limit.capacity())
 }
 
 /// Why a webhook delivery ended as it did: the `outcome` label of
@@ -225,12 +371,31 @@ impl WebhookMetrics {
 mod tests {
     use super::*;
 
+    const REFRESH: Duration = Duration::from_secs(10);
+
+    fn limit(burst: u32, per_second: u32) -> RateLimit {
+        RateLimit { burst, per_second }
+    }
+
+    /// Take tokens for `key` until refused; how many were granted.
+    fn drain(limiter: &KeyedRateLimiter, key: &str, now: Instant) -> u32 {
+        let mut granted = 0;
+        while limiter.check(key, now).is_ok() {
+            granted += 1;
+            assert!(granted <= MAX_WEBHOOK_RATE, "never refused");
+        }
+        granted
+    }
+
     #[test]
     fn a_burst_is_allowed_then_refused_until_refilled() {
-        let limiter = KeyedRateLimiter::new(RateLimit {
-            burst: 3,
-            per_second: 10,
-        });
+        let limiter = KeyedRateLimiter::new(
+            RateLimit {
+                burst: 3,
+                per_second: 10,
+            },
+            REFRESH,
+        );
         let t0 = Instant::now();
         for _ in 0..3 {
             assert!(limiter.check("stripe/ca_1", t0).is_ok());
@@ -269,15 +434,158 @@ mod tests {
 
     #[test]
     fn the_key_table_is_bounded() {
-        let limiter = KeyedRateLimiter::new(RateLimit {
-            burst: 1,
-            per_second: 1,
-        });
+        let limiter = KeyedRateLimiter::new(
+            RateLimit {
+                burst: 1,
+                per_second: 1,
+            },
+            REFRESH,
+        );
         let t0 = Instant::now();
         for i in 0..(MAX_KEYS + 50) {
             let _ = limiter.check(&format!("k{i}"), t0);
         }
         let size = limiter.buckets.lock().unwrap().len();
         assert!(size <= MAX_KEYS + 1, "{size}");
+    }
+
+    #[test]
+    fn each_key_is_held_to_the_limit_read_for_its_own_account() {
+        let limiter = KeyedRateLimiter::new(limit(2, 1), REFRESH);
+        let t0 = Instant::now();
+        assert!(limiter.check_read("a/ca_big", limit(50, 1), t0).is_ok());
+        assert_eq!(drain(&limiter, "a/ca_big", t0), 49);
+        assert!(limiter.check_read("a/ca_small", limit(1, 1), t0).is_ok());
+        assert_eq!(drain(&limiter, "a/ca_small", t0), 0);
+        assert_eq!(drain(&limiter, "a/ca_default", t0), 2);
+        // The refill is the account's too: 20/s refills one token in 50 ms.
+        assert!(limiter.check_read("a/ca_fast", limit(1, 20), t0).is_ok());
+        let wait = limiter.check("a/ca_fast", t0).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(50));
+        assert!(limiter.check("a/ca_fast", t0 + wait).is_ok());
+    }
+
+    #[test]
+    fn a_raised_limit_adds_its_headroom_at_once_and_a_cut_never_grants_more_than_the_new_burst() {
+        let limiter = KeyedRateLimiter::new(limit(10, 1), REFRESH);
+        let t0 = Instant::now();
+        assert_eq!(drain(&limiter, "k", t0), 10);
+        // Raised from 10 to 25 with all 10 spent: 15 more at once.
+        limiter.set_limit("k", limit(25, 1), t0);
+        assert_eq!(drain(&limiter, "k", t0), 15);
+        // A fresh bucket of 100 with 5 spent, cut to 20: 15 left, never 20 more.
+        assert!(limiter.check_read("j", limit(100, 1), t0).is_ok());
+        for _ in 0..4 {
+            assert!(limiter.check("j", t0).is_ok());
+        }
+        limiter.set_limit("j", limit(20, 1), t0);
+        assert_eq!(drain(&limiter, "j", t0), 15);
+        // Cut below what was spent: nothing until it refills.
+        assert!(limiter.check_read("i", limit(100, 1), t0).is_ok());
+        limiter.set_limit("i", limit(1, 1), t0);
+        assert_eq!(drain(&limiter, "i", t0), 0);
+        assert_eq!(drain(&limiter, "i", t0 + Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn an_unchanged_limit_read_again_changes_nothing() {
+        let limiter = KeyedRateLimiter::new(limit(10, 1), REFRESH);
+        let t0 = Instant::now();
+        assert!(limiter.check_read("k", limit(5, 1), t0).is_ok());
+        assert!(limiter.check_read("k", limit(5, 1), t0).is_ok());
+        assert_eq!(drain(&limiter, "k", t0), 3);
+    }
+
+    #[test]
+    fn a_limit_read_is_fresh_for_the_refresh_interval_and_then_read_again() {
+        let limiter = KeyedRateLimiter::new(limit(10, 1), REFRESH);
+        let t0 = Instant::now();
+        assert!(!limiter.has_fresh_limit("k", t0), "never read");
+        assert!(limiter.check("k", t0).is_ok());
+        assert!(
+            !limiter.has_fresh_limit("k", t0),
+            "the default was assumed, not read"
+        );
+        assert!(limiter.check_read("k", limit(5, 1), t0).is_ok());
+        assert!(limiter.has_fresh_limit("k", t0 + REFRESH - Duration::from_millis(1)));
+        assert!(!limiter.has_fresh_limit("k", t0 + REFRESH));
+        // A change made here through the admin API is fresh from then on.
+        limiter.set_limit("k", limit(6, 1), t0 + REFRESH);
+        assert!(limiter.has_fresh_limit("k", t0 + REFRESH));
+        // ... but is kept only by a bucket that exists.
+        limiter.set_limit("new", limit(6, 1), t0);
+        assert!(!limiter.has_fresh_limit("new", t0));
+    }
+
+    #[test]
+    fn a_table_full_of_busy_keys_puts_new_keys_in_the_overflow_bucket_at_the_default() {
+        let limiter = KeyedRateLimiter::new(limit(1, 1), REFRESH);
+        let t0 = Instant::now();
+        for i in 0..MAX_KEYS {
+            assert!(limiter.check(&format!("k{i}"), t0).is_ok());
+        }
+        // Every bucket is spent, so none is idle: the newcomer's own limit is not applied.
+        assert!(limiter.check_read("big", limit(100, 1), t0).is_ok());
+        assert!(limiter.check("big", t0).is_err());
+        assert!(!limiter.has_fresh_limit("big", t0));
+        assert_eq!(limiter.buckets.lock().unwrap().len(), MAX_KEYS + 1);
+    }
+
+    #[test]
+    fn a_connector_account_overrides_the_default_limit_key_by_key() {
+        let default = limit(200, 100);
+        let own = serde_json::json!({"webhook_burst": "5000", "base_url": "https://psp"});
+        assert_eq!(RateLimit::for_account(default, &own), limit(5000, 100));
+        let both = serde_json::json!({"webhook_burst": "1", "webhook_per_second": "1000000"});
+        assert_eq!(RateLimit::for_account(default, &both), limit(1, 1_000_000));
+        let stale = serde_json::json!({"webhook_burst": "0", "webhook_per_second": 7});
+        assert_eq!(RateLimit::for_account(default, &stale), default);
+        assert_eq!(
+            RateLimit::for_account(default, &serde_json::json!({})),
+            default
+        );
+    }
+
+    #[test]
+    fn a_webhook_rate_is_a_plain_whole_number_from_one_to_a_million_exactly_as_its_pattern_says() {
+        let pattern = regex::Regex::new(RATE_PATTERN).unwrap();
+        let cases = [
+            "1",
+            "9",
+            "10",
+            "200",
+            "999999",
+            "1000000",
+            "0",
+            "00",
+            "01",
+            "1000001",
+            "9999999",
+            "10000000",
+            "99999999999999999999",
+            "",
+            " 1",
+            "1 ",
+            "+1",
+            "-1",
+            "1.0",
+            "1e3",
+            "abc",
+            "\u{0661}",
+        ];
+        for case in cases {
+            let parsed = parse_rate(case);
+            assert_eq!(parsed.is_some(), pattern.is_match(case), "{case:?}");
+            if let Some(v) = parsed {
+                assert_eq!(v.to_string(), case);
+            }
+        }
+        assert_eq!(parse_rate("1000000"), Some(MAX_WEBHOOK_RATE));
+        let mut config = BTreeMap::new();
+        config.insert("webhook_per_second".to_owned(), "0".to_owned());
+        assert_eq!(invalid_rate_key(&config), Some(WEBHOOK_PER_SECOND_KEY));
+        config.insert("webhook_per_second".to_owned(), "10".to_owned());
+        config.insert("unrelated".to_owned(), "0".to_owned());
+        assert_eq!(invalid_rate_key(&config), None);
     }
 }

@@ -407,6 +407,18 @@ pub mod fields {
             .build()
     }
 
+    /// A connector account's `webhook_burst` or `webhook_per_second`
+    /// ([`crate::limits::parse_rate`]).
+    pub fn webhook_rate(description: &str) -> Object {
+        let mut schema = string(false)
+            .min_length(Some(1))
+            .max_length(Some(7))
+            .pattern(Some(crate::limits::RATE_PATTERN))
+            .build();
+        schema.description = Some(description.to_owned());
+        schema
+    }
+
     /// A map of strings with at most `max_entries` entries, its keys
     /// [`req::required_text`]s of at most `max_key` characters and its
     /// values of at most `max_value` characters (`values_are_text`: and

@@ -1,6 +1,8 @@
 //! `POST /webhooks/{adapter}/{connector_account}`: the PSP's door in.
 //!
-//! Body limit (router layer) → per-account rate limit → the orchestrator:
+//! Body limit (router layer) → per-account rate limit (the account's own
+//! `webhook_burst` / `webhook_per_second`, else the gateway's; see
+//! [`crate::limits`]) → the orchestrator:
 //! the adapter verifies the request with that account's secrets, and every
 //! verified event is durably in the inbox before `ingest_webhook` returns
 //! `Accepted`; only then does the PSP get the adapter's ack, byte for byte.
@@ -21,11 +23,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use sluice_adapter_runtime::{AdapterError, Header, HttpResponse, WebhookRequest};
 use sluice_orchestrator::{OrchestratorError, RejectionKind, WebhookOutcome};
+use sluice_store::StoreError;
 
 use crate::admin::valid_adapter_name;
 use crate::error::{adapter_call_shed, ApiError, ErrorBody, ErrorType};
 use crate::extract::{bytes_rejection, ApiPath};
-use crate::limits::WebhookOutcomeLabel;
+use crate::limits::{limit_key, RateLimit, WebhookOutcomeLabel};
 use crate::requests::looks_like_id;
 use crate::MerchantApiState;
 
@@ -60,15 +63,8 @@ pub async fn receive(
         metrics.count(WebhookOutcomeLabel::NotFound);
         return not_found();
     }
-    let limit_key = format!("{adapter}/{account}");
-    if let Err(wait) = state.webhook_limiter().check(&limit_key, Instant::now()) {
-        metrics.count(WebhookOutcomeLabel::RateLimited);
-        tracing::warn!(adapter = %adapter, connector_account = %account, "webhook rate limited");
-        return ApiError::rate_limited(
-            "too many webhooks for this connector account",
-            wait.as_secs().max(1),
-        )
-        .into_response();
+    if let Some(refused) = rate_limited(&state, &adapter, &account).await {
+        return refused;
     }
     let body = match body {
         Ok(body) => body,
@@ -127,6 +123,60 @@ pub async fn receive(
                 "the webhook could not be recorded; deliver it again later",
             )
             .into_response()
+        }
+    }
+}
+
+/// Take a token from the account's bucket, under the account's own limit:
+/// read from the account only when the bucket has none read within the
+/// refresh interval, so a flood costs no read per webhook. None: go on.
+async fn rate_limited(state: &MerchantApiState, adapter: &str, account: &str) -> Option<Response> {
+    let limiter = state.webhook_limiter();
+    let key = limit_key(adapter, account);
+    let verdict = if limiter.has_fresh_limit(&key, Instant::now()) {
+        limiter.check(&key, Instant::now())
+    } else {
+        match account_limit(state, adapter, account).await {
+            Some(limit) => limiter.check_read(&key, limit, Instant::now()),
+            None => limiter.check(&key, Instant::now()),
+        }
+    };
+    let wait = verdict.err()?;
+    state
+        .webhook_metrics()
+        .count(WebhookOutcomeLabel::RateLimited);
+    tracing::warn!(adapter = %adapter, connector_account = %account, "webhook rate limited");
+    Some(
+        ApiError::rate_limited(
+            "too many webhooks for this connector account",
+            wait.as_secs().max(1),
+        )
+        .into_response(),
+    )
+}
+
+/// The webhook limit of `account` as its config sets it; the default for a
+/// route that names no account of a loaded adapter (it is a 404 after the
+/// check). None: the account could not be read now (the bucket keeps what it
+/// has and the next webhook reads again).
+async fn account_limit(
+    state: &MerchantApiState,
+    adapter: &str,
+    account: &str,
+) -> Option<RateLimit> {
+    let default = state.webhook_limiter().default_limit();
+    if state.orchestrator.runtime().active(adapter).is_none() {
+        return Some(default);
+    }
+    match state.store.get_connector_account(account, None).await {
+        Ok(found) if found.adapter == adapter => {
+            Some(RateLimit::for_account(default, &found.config))
+        }
+        Ok(_) | Err(StoreError::NotFound { .. }) => Some(default),
+        Err(error) => {
+            tracing::warn!(adapter = %adapter, connector_account = %account, error = %error,
+                "webhook limit of the account not read; the bucket keeps its limit");
+            None
         }
     }
 }

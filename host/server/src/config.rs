@@ -233,8 +233,9 @@ pub struct WebhookIntake {
     pub per_second: Option<u32>,
 }
 
-/// Largest webhook burst or rate a config may set (the bucket counts in u64 thousandths).
-pub const MAX_WEBHOOK_RATE: u32 = 1_000_000;
+/// Largest webhook burst or rate a config may set: the same bound as a connector
+/// account's own `webhook_burst` / `webhook_per_second`.
+pub use sluice_merchant_api::limits::MAX_WEBHOOK_RATE;
 
 impl WebhookIntake {
     fn validate(&self) -> Result<(), ConfigError> {
