@@ -39,7 +39,7 @@ bench_start_demo() {
             SLUICE_DATA_DIR="$WORK/data" \
             SLUICE_DATABASE_URL="${DATABASE_URL:-sqlite://$WORK/data/sluice.db}" \
             SLUICE_ADMIN_TOKEN="$ADMIN_TOKEN" \
-            SLUICE_LOG="error" \
+            SLUICE_LOG="${BENCH_LOG:-error}" \
             "$SLUICE" "${CONFIG_ARGS[@]}" demo --adapters-dir "$ADAPTERS"
     ) >"$WORK/demo.log" 2>&1 &
     SERVER_PID=$!

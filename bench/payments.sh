@@ -43,7 +43,7 @@ DB=""
 cleanup() {
     bench_stop "$SERVER_PID"
     [ -n "$DB" ] && psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
+    [ -n "${BENCH_KEEP:-}" ] && cp "$WORK/demo.log" /tmp/x/demo.log; rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -131,4 +131,80 @@ if [ "$BACKEND" = postgres ]; then
     fi
 fi
 
-echo "RESULT backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--}"
+# Webhook ingest: correctly signed, distinct Stripe-format webhooks to one
+# account whose own limit is raised out of the way (config keys webhook_burst,
+# webhook_per_second); counted as rows in the inbox, i.e. verified and durable.
+admin() { curl -sf -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' "$@"; }
+json_id() { python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
+INGEST_SECRET="whsec_bench_$(python3 -c 'import secrets; print(secrets.token_hex(12))')"
+INGEST_MERCHANT="$(admin -X POST "$BASE/admin/merchants" -d '{"name": "ingest"}' | json_id)"
+INGEST_ACCOUNT="$(admin -X POST "$BASE/admin/merchants/$INGEST_MERCHANT/connector_accounts" \
+    -d "{\"adapter\": \"stripe\", \"label\": \"ingest\", \"config\": {\"base_url\": \"http://127.0.0.1:9/\", \"webhook_burst\": \"1000000\", \"webhook_per_second\": \"1000000\"}, \"secrets\": {\"api_key\": \"sk_test_bench\", \"webhook_secret\": \"$INGEST_SECRET\"}}" | json_id)"
+python3 - "$ROOT/adapters/stripe/tests/fixtures/webhooks/payment_intent.succeeded.json" "$INGEST_SECRET" "$WORK/webhooks.txt" <<'PY'
+import hashlib, hmac, json, sys, time
+template = json.load(open(sys.argv[1]))
+secret, out = sys.argv[2].encode(), open(sys.argv[3], "w")
+now = int(time.time())
+for n in range(60000):
+    template["id"] = f"evt_bench_{n}"
+    template["data"]["object"]["id"] = f"pi_bench_{n}"
+    body = json.dumps(template, separators=(",", ":"))
+    sig = hmac.new(secret, f"{now}.{body}".encode(), hashlib.sha256).hexdigest()
+    out.write(f"t={now},v1={sig}\t{body}\n")
+PY
+cat >"$WORK/ingest.lua" <<'LUA'
+local lines, nthreads, threads = {}, 2, {}
+function setup(thread)
+    thread:set("tid", #threads)
+    table.insert(threads, thread)
+end
+function init(args)
+    for line in io.lines(os.getenv("BENCH_WEBHOOKS")) do lines[#lines + 1] = line end
+    idx = tid
+end
+request = function()
+    -- Each thread its own lines: every request is a distinct event.
+    idx = idx + nthreads
+    local line = lines[(idx % #lines) + 1]
+    local tab = line:find("\t", 1, true)
+    return wrk.format("POST", nil, {
+        ["Content-Type"] = "application/json",
+        ["Stripe-Signature"] = line:sub(1, tab - 1),
+    }, line:sub(tab + 1))
+end
+response = function(status, headers, body)
+    statuses = statuses or {}
+    statuses[status] = (statuses[status] or 0) + 1
+    if status >= 300 and not shown then
+        shown = true
+        io.write("FIRST REFUSAL " .. status .. " " .. body:sub(1, 300) .. "\n")
+    end
+end
+function done(summary, latency, requests)
+    local total = {}
+    for _, thread in ipairs(threads) do
+        for status, n in pairs(thread:get("statuses") or {}) do total[status] = (total[status] or 0) + n end
+    end
+    local seen = {}
+    for status, n in pairs(total) do seen[#seen + 1] = status .. ": " .. n end
+    table.sort(seen)
+    io.write("STATUSES " .. table.concat(seen, ", ") .. "\n")
+end
+LUA
+INGEST_SECONDS=10
+echo "== $BACKEND: webhook ingest, $CONNECTIONS connections, ${INGEST_SECONDS}s"
+BENCH_WEBHOOKS="$WORK/webhooks.txt" wrk -t2 -c"$CONNECTIONS" -d"${INGEST_SECONDS}s" --latency -s "$WORK/ingest.lua" \
+    "$BASE/webhooks/stripe/$INGEST_ACCOUNT" >"$WORK/ingest.txt"
+read -r W_RPS W_P50 W_P99 W_ERR W_TO _ <<<"$(bench_wrk_summary "$WORK/ingest.txt")"
+INBOX_Q="SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = '$INGEST_ACCOUNT'"
+if [ "$BACKEND" = postgres ]; then
+    INBOX="$(sql "$INBOX_Q")"
+else
+    INBOX="$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' "$WORK/data/sluice.db" "$INBOX_Q")"
+fi
+INGEST_PER_S="$(python3 -c "print(f'{$INBOX / $INGEST_SECONDS:.1f}')")"
+echo "   $W_RPS answers/s, p50 $W_P50 ms, p99 $W_P99 ms; $(sed -n 's/^STATUSES //p' "$WORK/ingest.txt"); $INBOX events in the inbox: $INGEST_PER_S/s"
+grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
+curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
+
+echo "RESULT ingest_per_s=$INGEST_PER_S backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--}"

@@ -162,6 +162,12 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
             bound: 3.0,
         },
         Goal {
+            name: "PostgreSQL webhook ingest/s (into the inbox) / pgbench tps",
+            value: ratio(num(pg, "ingest_per_s"), num(pg, "pgbench_tps")),
+            at_most: false,
+            bound: 0.5,
+        },
+        Goal {
             name: "adapter call via the async handle / native (2 KB webhook)",
             value: ratio(num(adapter, "async_us"), num(adapter, "native_us")),
             at_most: true,
