@@ -267,7 +267,13 @@ async function loadMerchants(form) {
   select.value = search.merchant;
 }
 
+// Which search the results on screen answer: an answer to an earlier search that arrives late
+// (the page's first list, say, after the operator already searched) is dropped, not shown.
+let resultsGeneration = 0;
+
 async function loadResults(container) {
+  const generation = ++resultsGeneration;
+  const shown = search.q;
   const params = new URLSearchParams();
   for (const key of ["q", "merchant", "state", "older_than_ms"]) {
     if (search[key]) params.set(key, search[key]);
@@ -276,6 +282,7 @@ async function loadResults(container) {
   params.set("limit", "50");
   say("Searching…");
   const list = await guarded(() => api("GET", "/admin/payments?" + params));
+  if (generation !== resultsGeneration) return;
   say("");
   if (!list) return;
   const rows = list.data.map((p) =>
@@ -297,6 +304,7 @@ async function loadResults(container) {
     ? h("button", { type: "button", class: "secondary", onclick: () => { search.cursor = list.next_cursor; loadResults(container); } }, "Next page")
     : null;
   container.replaceChildren(...[h("h2", {}, `Results (${list.data.length}${list.has_more ? "+" : ""})`), table, more].filter(Boolean));
+  container.dataset.q = shown;
 }
 
 // ---- one payment -------------------------------------------------------------------

@@ -286,8 +286,20 @@ async fn type_into(client: &Client, css: &str, text: &str) {
     field.send_keys(text).await.expect("type into a field");
 }
 
+/// Clicks `css` once it is there. The page re-renders a section when its data arrives, so an
+/// element found a moment ago may have been replaced: a stale one is looked up again, under the
+/// same deadline; any other error fails the test.
 async fn click(client: &Client, css: &str) {
-    wait_for(client, css).await.click().await.expect("click");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match wait_for(client, css).await.click().await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("click {css}: {e}"),
+        }
+    }
 }
 
 async fn sign_in(client: &Client, base: &str, operator_key: &str) {
@@ -310,7 +322,11 @@ async fn sign_out(client: &Client) {
 async fn open_by_psp_reference(client: &Client, world: &World) {
     type_into(client, "#search-q", &world.psp_reference).await;
     click(client, "#search-button").await;
-    let row = format!("tr[data-payment=\"{}\"] a.payment-link", world.payment_id);
+    // The page lists every payment first; wait for the rows that answer this search.
+    let row = format!(
+        "#results[data-q=\"{}\"] tr[data-payment=\"{}\"] a.payment-link",
+        world.psp_reference, world.payment_id
+    );
     click(client, &row).await;
     wait_for(client, "#lanes").await;
 }
@@ -403,12 +419,11 @@ async fn find_the_payment_and_read_its_lanes_and_next_step(client: &Client, worl
         "[data-lane=\"order\"] .ev[data-kind=\"COMMAND_CREATE\"]",
     )
     .await;
-    let succeeded = wait_for(
+    click(
         client,
         "[data-lane=\"attempt\"] .ev[data-kind=\"PAYMENT_SUCCEEDED\"][data-decision=\"applied\"]",
     )
     .await;
-    succeeded.click().await.expect("select the event");
     let detail = wait_for_text(client, "#event-detail", "Source (evidence)").await;
     assert!(
         detail.contains("stripe"),
