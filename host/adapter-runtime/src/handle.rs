@@ -138,10 +138,10 @@ impl AdapterHandle {
         request: &WebhookRequest,
     ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
         let _entered = self.span("handle-webhook", &account.account_id).entered();
-        let slot = self
-            .shared
-            .slots
-            .try_acquire(self.key(&account.account_id))?;
+        let slot = self.shared.slots.try_acquire(
+            self.key(&account.account_id),
+            self.version.info.limits.cpu_deadline,
+        )?;
         let mut request = request.clone();
         redact_message(&account.secrets, &mut request.headers, &mut request.body);
         metered_call(
@@ -188,7 +188,10 @@ impl AdapterHandle {
         let slot = self
             .shared
             .slots
-            .acquire(self.key(&scope.account_id))
+            .acquire(
+                self.key(&scope.account_id),
+                self.version.info.limits.cpu_deadline,
+            )
             .instrument(span.clone())
             .await?;
         let shared = Arc::clone(&self.shared);

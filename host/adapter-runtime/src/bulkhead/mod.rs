@@ -201,14 +201,19 @@ impl Bulkhead {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot for `key`, waiting at most `max_wait` for one.
-    pub async fn acquire(self: &Arc<Self>, key: CallKey) -> Result<SlotGuard, Shed> {
+    /// A slot for `key`'s call that may spend up to `reserve` of CPU, waiting at most
+    /// `max_wait` for one.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        key: CallKey,
+        reserve: Duration,
+    ) -> Result<SlotGuard, Shed> {
         let (sender, receiver) = oneshot::channel();
         let ticket = {
             // Admission and the waker's registration under one lock: no release can
             // wake the ticket before its sender is there.
             let mut inner = self.lock();
-            match inner.pool.admit(&key, Instant::now(), true) {
+            match inner.pool.admit(&key, reserve, Instant::now(), true) {
                 Admission::Granted => None,
                 Admission::Shed(shed) => Some(Err(shed)),
                 Admission::Queued(ticket) => {
@@ -218,7 +223,7 @@ impl Bulkhead {
             }
         };
         let ticket = match ticket {
-            None => return Ok(self.guard(key)),
+            None => return Ok(self.guard(key, reserve)),
             Some(Err(shed)) => return Err(self.shed(&key, shed)),
             Some(Ok(ticket)) => ticket,
         };
@@ -227,6 +232,7 @@ impl Bulkhead {
         let mut queued = Queued {
             bulkhead: self,
             key: &key,
+            reserve,
             ticket,
             receiver,
             settled: false,
@@ -240,15 +246,20 @@ impl Bulkhead {
         drop(queued);
         metrics::slot_waited(&key.adapter, started.elapsed());
         match outcome {
-            Ok(()) => Ok(self.guard(key)),
+            Ok(()) => Ok(self.guard(key, reserve)),
             Err(shed) => Err(self.shed(&key, shed)),
         }
     }
 
     /// A slot for `key` now, or shed (for synchronous callers that cannot wait).
-    pub fn try_acquire(self: &Arc<Self>, key: CallKey) -> Result<SlotGuard, Shed> {
-        match self.lock().pool.admit(&key, Instant::now(), false) {
-            Admission::Granted => Ok(self.guard(key)),
+    pub fn try_acquire(
+        self: &Arc<Self>,
+        key: CallKey,
+        reserve: Duration,
+    ) -> Result<SlotGuard, Shed> {
+        let admission = self.lock().pool.admit(&key, reserve, Instant::now(), false);
+        match admission {
+            Admission::Granted => Ok(self.guard(key, reserve)),
             Admission::Shed(shed) => Err(self.shed(&key, shed)),
             Admission::Queued(_) => {
                 Err(self.shed(&key, Shed::new(ShedReason::QueueFull, self.max_wait)))
@@ -256,10 +267,11 @@ impl Bulkhead {
         }
     }
 
-    fn guard(self: &Arc<Self>, key: CallKey) -> SlotGuard {
+    fn guard(self: &Arc<Self>, key: CallKey, reserve: Duration) -> SlotGuard {
         SlotGuard {
             bulkhead: Arc::clone(self),
             key,
+            reserve,
             usage: Usage::default(),
         }
     }
@@ -272,9 +284,9 @@ impl Bulkhead {
         shed
     }
 
-    fn release(&self, key: &CallKey, usage: Usage) {
+    fn release(&self, key: &CallKey, reserve: Duration, usage: Usage) {
         let mut inner = self.lock();
-        let wakes = inner.pool.release(key, usage, Instant::now());
+        let wakes = inner.pool.release(key, reserve, usage, Instant::now());
         Self::deliver(&mut inner, wakes);
     }
 
@@ -290,7 +302,11 @@ impl Bulkhead {
                 .remove(&wake.ticket)
                 .is_some_and(|sender| sender.send(wake.outcome).is_ok());
             if granted && !delivered {
-                wakes.extend(inner.pool.release(&key, Usage::default(), Instant::now()));
+                let freed =
+                    inner
+                        .pool
+                        .release(&key, wake.reserve, Usage::default(), Instant::now());
+                wakes.extend(freed);
             }
         }
     }
@@ -301,6 +317,7 @@ impl Bulkhead {
 struct Queued<'a> {
     bulkhead: &'a Arc<Bulkhead>,
     key: &'a CallKey,
+    reserve: Duration,
     ticket: Ticket,
     receiver: oneshot::Receiver<Result<(), Shed>>,
     settled: bool,
@@ -327,7 +344,8 @@ impl Drop for Queued<'_> {
             return;
         }
         if self.give_up().is_ok() {
-            self.bulkhead.release(self.key, Usage::default());
+            self.bulkhead
+                .release(self.key, self.reserve, Usage::default());
         }
     }
 }
@@ -337,6 +355,7 @@ impl Drop for Queued<'_> {
 pub(crate) struct SlotGuard {
     bulkhead: Arc<Bulkhead>,
     key: CallKey,
+    reserve: Duration,
     usage: Usage,
 }
 
@@ -348,7 +367,7 @@ impl SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.bulkhead.release(&self.key, self.usage);
+        self.bulkhead.release(&self.key, self.reserve, self.usage);
     }
 }
 

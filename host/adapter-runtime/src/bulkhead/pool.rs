@@ -51,6 +51,8 @@ pub enum Admission {
 pub struct Wake {
     pub ticket: Ticket,
     pub key: CallKey,
+    /// The reserve the call was queued with (what its release must free).
+    pub reserve: Duration,
     /// `Ok`: the call now holds a slot. `Err`: it is shed (its key was throttled).
     pub outcome: Result<(), Shed>,
 }
@@ -108,6 +110,14 @@ impl Bucket {
     }
 }
 
+fn duration_micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn micros_duration(micros: i64) -> Duration {
+    Duration::from_micros(micros.max(0).unsigned_abs())
+}
+
 fn millis_to_micros(ms: u64) -> i64 {
     i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)
 }
@@ -115,8 +125,12 @@ fn millis_to_micros(ms: u64) -> i64 {
 #[derive(Debug)]
 struct KeyState {
     in_use: usize,
-    waiting: VecDeque<Ticket>,
+    /// Queued calls with the CPU each must find reserved before it may start.
+    waiting: VecDeque<(Ticket, i64)>,
     cpu: Bucket,
+    /// Microseconds of CPU the key's running calls may still spend: the sum of their
+    /// reserves (each its call's CPU deadline), released when the call reports.
+    reserved: i64,
 }
 
 #[derive(Debug)]
@@ -172,8 +186,22 @@ impl SlotPool {
         self.keys.get(key).map_or(0, |k| k.in_use)
     }
 
-    /// Ask for a slot. With `may_queue` false a call that would wait is shed instead.
-    pub fn admit(&mut self, key: &CallKey, now: Instant, may_queue: bool) -> Admission {
+    /// Ask for a slot for a call that may spend up to `reserve` of CPU (its deadline).
+    /// With `may_queue` false a call that would wait is shed instead.
+    ///
+    /// A key with CPU left may always run one call; each further call at once must
+    /// find its whole `reserve` in the key's bucket beyond what the running calls may
+    /// still spend. A key whose calls use what they are allowed therefore runs one at
+    /// a time as its bucket runs low, instead of a whole share of slots spinning in
+    /// parallel before the first one is charged.
+    pub fn admit(
+        &mut self,
+        key: &CallKey,
+        reserve: Duration,
+        now: Instant,
+        may_queue: bool,
+    ) -> Admission {
+        let reserve = duration_micros(reserve);
         if self.keys.len() > PRUNE_ABOVE_KEYS {
             self.prune(now);
         }
@@ -182,8 +210,8 @@ impl SlotPool {
             return Admission::Shed(shed);
         }
         let has_waiters = self.keys.get(key).is_some_and(|k| !k.waiting.is_empty());
-        if !has_waiters && self.eligible(key) {
-            self.take(key);
+        if !has_waiters && self.eligible(key, reserve) {
+            self.take(key, reserve);
             return Admission::Granted;
         }
         let limit = self.config.queue_per_key;
@@ -195,7 +223,7 @@ impl SlotPool {
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        state.waiting.push_back(ticket);
+        state.waiting.push_back((ticket, reserve));
         if !self.ready.contains(key) {
             self.ready.push_back(key.clone());
         }
@@ -208,7 +236,7 @@ impl SlotPool {
         let Some(state) = self.keys.get_mut(key) else {
             return false;
         };
-        let Some(at) = state.waiting.iter().position(|t| *t == ticket) else {
+        let Some(at) = state.waiting.iter().position(|(t, _)| *t == ticket) else {
             return false;
         };
         state.waiting.remove(at);
@@ -218,12 +246,23 @@ impl SlotPool {
         true
     }
 
-    /// A call of `key` is done with its slot: charge what it used and hand freed
-    /// slots to queued calls, one key at a time in turn.
-    pub fn release(&mut self, key: &CallKey, usage: Usage, now: Instant) -> Vec<Wake> {
+    /// A call of `key` that was admitted with `reserve` is done with its slot: charge
+    /// what it used, free its reserve and hand freed slots to queued calls, one key at
+    /// a time in turn.
+    pub fn release(
+        &mut self,
+        key: &CallKey,
+        reserve: Duration,
+        usage: Usage,
+        now: Instant,
+    ) -> Vec<Wake> {
         self.touch(key, now);
         if let Some(state) = self.keys.get_mut(key) {
             state.in_use = state.in_use.saturating_sub(1);
+            state.reserved = state
+                .reserved
+                .saturating_sub(duration_micros(reserve))
+                .max(0);
             state.cpu.charge(usage.cpu);
         }
         if let Some(adapter) = self.adapters.get_mut(&key.adapter) {
@@ -250,24 +289,32 @@ impl SlotPool {
                     .keys
                     .get_mut(&key)
                     .map(|k| std::mem::take(&mut k.waiting));
-                wakes.extend(drained.into_iter().flatten().map(|ticket| Wake {
+                wakes.extend(drained.into_iter().flatten().map(|(ticket, reserve)| Wake {
                     ticket,
                     key: key.clone(),
+                    reserve: micros_duration(reserve),
                     outcome: Err(shed.clone()),
                 }));
                 continue;
             }
-            if !self.eligible(&key) {
+            let head = self.keys.get(&key).and_then(|k| k.waiting.front().copied());
+            let Some((ticket, reserve)) = head else {
+                self.ready.remove(turn);
+                continue;
+            };
+            if !self.eligible(&key, reserve) {
                 turn += 1;
                 continue;
             }
-            let ticket = self.keys.get_mut(&key).and_then(|k| k.waiting.pop_front());
+            if let Some(state) = self.keys.get_mut(&key) {
+                state.waiting.pop_front();
+            }
             self.ready.remove(turn);
-            let Some(ticket) = ticket else { continue };
-            self.take(&key);
+            self.take(&key, reserve);
             wakes.push(Wake {
                 ticket,
                 key: key.clone(),
+                reserve: micros_duration(reserve),
                 outcome: Ok(()),
             });
             if self.keys.get(&key).is_some_and(|k| !k.waiting.is_empty()) {
@@ -287,6 +334,7 @@ impl SlotPool {
                 in_use: 0,
                 waiting: VecDeque::new(),
                 cpu: Bucket::new(config.cpu_burst_ms, config.cpu_refill_ms_per_sec, now),
+                reserved: 0,
             })
             .cpu
             .refill_to(now);
@@ -314,16 +362,26 @@ impl SlotPool {
             .map(|a| Shed::new(ShedReason::AdapterCpuBudget, a.deadline.retry_after()))
     }
 
-    fn eligible(&self, key: &CallKey) -> bool {
+    /// A free slot, the key and its adapter under their caps, and CPU for the call:
+    /// the first running call of a key needs only a bucket that is not exhausted
+    /// (checked by `throttled`), every further one its whole reserve on top of the
+    /// running calls' reserves.
+    fn eligible(&self, key: &CallKey, reserve: i64) -> bool {
+        let covered = self
+            .keys
+            .get(key)
+            .is_none_or(|k| k.in_use == 0 || k.cpu.micros.saturating_sub(k.reserved) >= reserve);
         self.free > 0
+            && covered
             && self.in_use(key) < self.key_cap
             && self.adapters.get(&key.adapter).map_or(0, |a| a.in_use) < self.adapter_cap
     }
 
-    fn take(&mut self, key: &CallKey) {
+    fn take(&mut self, key: &CallKey, reserve: i64) {
         self.free -= 1;
         if let Some(state) = self.keys.get_mut(key) {
             state.in_use += 1;
+            state.reserved = state.reserved.saturating_add(reserve);
         }
         if let Some(adapter) = self.adapters.get_mut(&key.adapter) {
             adapter.in_use += 1;

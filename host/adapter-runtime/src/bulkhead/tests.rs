@@ -21,6 +21,9 @@ fn config() -> BulkheadConfig {
     }
 }
 
+/// A call admitted without a CPU reserve: only the bucket being exhausted holds it back.
+const NO_RESERVE: Duration = Duration::ZERO;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -42,7 +45,7 @@ fn deadline(cpu_ms: u64) -> Usage {
 fn granted(pool: &mut SlotPool, k: &CallKey, now: Instant, n: usize) {
     for i in 0..n {
         assert_eq!(
-            pool.admit(k, now, true),
+            pool.admit(k, NO_RESERVE, now, true),
             Admission::Granted,
             "call {i} of {k:?}"
         );
@@ -64,7 +67,7 @@ fn one_key_holds_at_most_its_share_and_the_rest_stays_for_other_keys() {
     let hostile = key("loop", "acct_h");
     granted(&mut pool, &hostile, t0, 4);
     assert!(matches!(
-        pool.admit(&hostile, t0, true),
+        pool.admit(&hostile, NO_RESERVE, t0, true),
         Admission::Queued(_)
     ));
     // Another merchant's account gets its slots at once.
@@ -95,7 +98,7 @@ fn many_accounts_of_one_adapter_cannot_take_more_than_the_adapter_share() {
     }
     // The adapter holds its 8 of 16: a third account of it waits...
     assert!(matches!(
-        pool.admit(&key("loop", "h3"), t0, true),
+        pool.admit(&key("loop", "h3"), NO_RESERVE, t0, true),
         Admission::Queued(_)
     ));
     // ...while another adapter's accounts still get the other 8.
@@ -109,14 +112,23 @@ fn a_full_queue_sheds_the_call_at_once() {
     let mut pool = SlotPool::new(4, config());
     let k = key("loop", "acct_h");
     granted(&mut pool, &k, t0, 1);
-    assert!(matches!(pool.admit(&k, t0, true), Admission::Queued(_)));
-    assert!(matches!(pool.admit(&k, t0, true), Admission::Queued(_)));
-    assert_eq!(shed_reason(pool.admit(&k, t0, true)), ShedReason::QueueFull);
+    assert!(matches!(
+        pool.admit(&k, NO_RESERVE, t0, true),
+        Admission::Queued(_)
+    ));
+    assert!(matches!(
+        pool.admit(&k, NO_RESERVE, t0, true),
+        Admission::Queued(_)
+    ));
+    assert_eq!(
+        shed_reason(pool.admit(&k, NO_RESERVE, t0, true)),
+        ShedReason::QueueFull
+    );
     // A caller that cannot wait is shed instead of queued.
     let other = key("loop", "acct_2");
     granted(&mut pool, &other, t0, 1);
     assert_eq!(
-        shed_reason(pool.admit(&other, t0, false)),
+        shed_reason(pool.admit(&other, NO_RESERVE, t0, false)),
         ShedReason::QueueFull
     );
 }
@@ -133,23 +145,23 @@ fn freed_slots_go_to_waiting_keys_in_turn() {
     let (a, b, c) = (key("x", "a"), key("x", "b"), key("x", "c"));
     granted(&mut pool, &a, t0, 1);
     granted(&mut pool, &c, t0, 1);
-    let Admission::Queued(a1) = pool.admit(&a, t0, true) else {
+    let Admission::Queued(a1) = pool.admit(&a, NO_RESERVE, t0, true) else {
         panic!("a queues")
     };
-    let Admission::Queued(a2) = pool.admit(&a, t0, true) else {
+    let Admission::Queued(a2) = pool.admit(&a, NO_RESERVE, t0, true) else {
         panic!("a queues again")
     };
-    let Admission::Queued(b1) = pool.admit(&b, t0, true) else {
+    let Admission::Queued(b1) = pool.admit(&b, NO_RESERVE, t0, true) else {
         panic!("b queues")
     };
     // c's slot frees: a is first in turn but holds its cap of 1, so b, which holds
     // nothing, gets it.
-    let wakes = pool.release(&c, cheap(), t0);
+    let wakes = pool.release(&c, NO_RESERVE, cheap(), t0);
     assert_eq!(wakes.iter().map(|w| w.ticket).collect::<Vec<_>>(), vec![b1]);
     // a's own slot frees: its first queued call gets it, then its second.
-    let wakes = pool.release(&a, cheap(), t0);
+    let wakes = pool.release(&a, NO_RESERVE, cheap(), t0);
     assert_eq!(wakes.iter().map(|w| w.ticket).collect::<Vec<_>>(), vec![a1]);
-    let wakes = pool.release(&a, cheap(), t0);
+    let wakes = pool.release(&a, NO_RESERVE, cheap(), t0);
     assert_eq!(wakes.iter().map(|w| w.ticket).collect::<Vec<_>>(), vec![a2]);
 }
 
@@ -159,12 +171,15 @@ fn a_cancelled_call_is_no_longer_woken() {
     let mut pool = SlotPool::new(1, config());
     let k = key("x", "a");
     granted(&mut pool, &k, t0, 1);
-    let Admission::Queued(ticket) = pool.admit(&k, t0, true) else {
+    let Admission::Queued(ticket) = pool.admit(&k, NO_RESERVE, t0, true) else {
         panic!("queues")
     };
     assert!(pool.cancel(&k, ticket));
     assert!(!pool.cancel(&k, ticket), "a ticket is cancelled once");
-    assert_eq!(pool.release(&k, cheap(), t0), Vec::<Wake>::new());
+    assert_eq!(
+        pool.release(&k, NO_RESERVE, cheap(), t0),
+        Vec::<Wake>::new()
+    );
     granted(&mut pool, &k, t0, 1);
 }
 
@@ -177,19 +192,22 @@ fn a_key_that_keeps_hitting_its_deadline_is_throttled_and_others_are_not() {
     // Five 200 ms deadline hits use up the 1 000 ms burst.
     for _ in 0..5 {
         granted(&mut pool, &hostile, t0, 1);
-        pool.release(&hostile, deadline(200), t0);
+        pool.release(&hostile, NO_RESERVE, deadline(200), t0);
     }
     assert_eq!(
-        shed_reason(pool.admit(&hostile, t0, true)),
+        shed_reason(pool.admit(&hostile, NO_RESERVE, t0, true)),
         ShedReason::CpuBudget
     );
     for _ in 0..100 {
         granted(&mut pool, &well, t0, 1);
-        pool.release(&well, cheap(), t0);
+        pool.release(&well, NO_RESERVE, cheap(), t0);
     }
     // The bucket stands at exactly 0; 10 ms of refill (100 ms/s) make it positive again.
     let later = t0 + ms(10);
-    assert_eq!(pool.admit(&hostile, later, true), Admission::Granted);
+    assert_eq!(
+        pool.admit(&hostile, NO_RESERVE, later, true),
+        Admission::Granted
+    );
 }
 
 #[test]
@@ -198,9 +216,9 @@ fn a_throttled_key_is_told_when_to_retry() {
     let mut pool = SlotPool::new(16, config());
     let hostile = key("loop", "acct_h");
     granted(&mut pool, &hostile, t0, 1);
-    pool.release(&hostile, deadline(1_500), t0);
+    pool.release(&hostile, NO_RESERVE, deadline(1_500), t0);
     // 500 ms of debt at 100 ms/s: about 5 s.
-    let Admission::Shed(shed) = pool.admit(&hostile, t0, true) else {
+    let Admission::Shed(shed) = pool.admit(&hostile, NO_RESERVE, t0, true) else {
         panic!("throttled")
     };
     assert_eq!(shed.reason, ShedReason::CpuBudget);
@@ -210,11 +228,11 @@ fn a_throttled_key_is_told_when_to_retry() {
         shed.retry_after
     );
     assert!(matches!(
-        pool.admit(&hostile, t0 + ms(4_900), true),
+        pool.admit(&hostile, NO_RESERVE, t0 + ms(4_900), true),
         Admission::Shed(_)
     ));
     assert_eq!(
-        pool.admit(&hostile, t0 + ms(5_100), true),
+        pool.admit(&hostile, NO_RESERVE, t0 + ms(5_100), true),
         Admission::Granted
     );
 }
@@ -227,27 +245,27 @@ fn spreading_deadline_hits_over_many_accounts_throttles_the_adapter() {
     for i in 0..10 {
         let k = key("loop", &format!("h{i}"));
         granted(&mut pool, &k, t0, 1);
-        pool.release(&k, deadline(200), t0);
+        pool.release(&k, NO_RESERVE, deadline(200), t0);
     }
     // ...but the adapter's 2 000 ms deadline budget is gone: a new account of it is shed.
     assert_eq!(
-        shed_reason(pool.admit(&key("loop", "h99"), t0, true)),
+        shed_reason(pool.admit(&key("loop", "h99"), NO_RESERVE, t0, true)),
         ShedReason::AdapterCpuBudget
     );
     // Another adapter, and the same adapter's calls that never hit a deadline, are not
     // charged: a busy, honest adapter never drains its adapter budget.
     assert_eq!(
-        pool.admit(&key("stripe", "w"), t0, true),
+        pool.admit(&key("stripe", "w"), NO_RESERVE, t0, true),
         Admission::Granted
     );
     let mut busy = SlotPool::new(16, config());
     let honest = key("stripe", "w");
     for _ in 0..900 {
         granted(&mut busy, &honest, t0, 1);
-        busy.release(&honest, cheap(), t0);
+        busy.release(&honest, NO_RESERVE, cheap(), t0);
     }
     assert_eq!(
-        busy.admit(&key("stripe", "w2"), t0, true),
+        busy.admit(&key("stripe", "w2"), NO_RESERVE, t0, true),
         Admission::Granted
     );
 }
@@ -258,16 +276,97 @@ fn queued_calls_of_a_key_that_becomes_throttled_are_shed_when_a_slot_frees() {
     let mut pool = SlotPool::new(4, config());
     let hostile = key("loop", "acct_h");
     granted(&mut pool, &hostile, t0, 1);
-    let Admission::Queued(ticket) = pool.admit(&hostile, t0, true) else {
+    let Admission::Queued(ticket) = pool.admit(&hostile, NO_RESERVE, t0, true) else {
         panic!("queues")
     };
-    let wakes = pool.release(&hostile, deadline(1_200), t0);
+    let wakes = pool.release(&hostile, NO_RESERVE, deadline(1_200), t0);
     assert_eq!(wakes.len(), 1);
     assert_eq!(wakes[0].ticket, ticket);
     assert_eq!(
         wakes[0].outcome.as_ref().map_err(|s| s.reason),
         Err(ShedReason::CpuBudget)
     );
+}
+
+#[test]
+fn a_key_starts_calls_at_once_only_while_its_bucket_covers_each_one_s_whole_deadline() {
+    // 64 slots: the key's share is 16. A bucket of 1000 ms covers the first call
+    // (any CPU left does) and four more 200 ms reserves beside it; the sixth waits.
+    let t0 = Instant::now();
+    let mut pool = SlotPool::new(64, config());
+    let spinner = key("loop", "acct_h");
+    for i in 0..5 {
+        assert_eq!(
+            pool.admit(&spinner, ms(200), t0, true),
+            Admission::Granted,
+            "call {i}"
+        );
+    }
+    let Admission::Queued(sixth) = pool.admit(&spinner, ms(200), t0, true) else {
+        panic!("the sixth call waits: nothing would pay for its deadline")
+    };
+    // The five spend their whole deadline: the bucket is empty, the waiter is shed
+    // when a slot frees, and the key has nothing running in parallel any more.
+    let mut wakes = Vec::new();
+    for _ in 0..5 {
+        wakes.extend(pool.release(&spinner, ms(200), deadline(200), t0));
+    }
+    assert_eq!(wakes.len(), 1);
+    assert_eq!(wakes[0].ticket, sixth);
+    assert_eq!(
+        wakes[0].outcome.as_ref().map_err(|s| s.reason),
+        Err(ShedReason::CpuBudget)
+    );
+    assert_eq!(pool.in_use(&spinner), 0);
+}
+
+#[test]
+fn a_key_low_on_cpu_runs_one_call_at_a_time_and_the_next_starts_when_it_ends() {
+    let t0 = Instant::now();
+    let mut pool = SlotPool::new(64, config());
+    let spinner = key("loop", "acct_h");
+    granted(&mut pool, &spinner, t0, 1);
+    // 900 ms spent: 100 ms left, less than a second call's 200 ms deadline.
+    assert!(pool
+        .release(&spinner, NO_RESERVE, deadline(900), t0)
+        .is_empty());
+    assert_eq!(
+        pool.admit(&spinner, ms(200), t0, true),
+        Admission::Granted,
+        "one call: the bucket is not exhausted"
+    );
+    let Admission::Queued(next) = pool.admit(&spinner, ms(200), t0, true) else {
+        panic!("a second one at once is not covered")
+    };
+    let wakes = pool.release(&spinner, ms(200), deadline(50), t0);
+    assert_eq!(wakes.len(), 1);
+    assert_eq!(wakes[0].ticket, next);
+    assert_eq!(wakes[0].reserve, ms(200));
+    assert!(wakes[0].outcome.is_ok(), "50 ms left: it runs, alone");
+    assert_eq!(pool.in_use(&spinner), 1);
+}
+
+#[test]
+fn a_key_whose_calls_are_cheap_keeps_its_whole_share_of_slots() {
+    let t0 = Instant::now();
+    let mut pool = SlotPool::new(64, config());
+    let honest = key("stripe", "acct_w");
+    for _ in 0..100 {
+        assert_eq!(pool.admit(&honest, ms(200), t0, true), Admission::Granted);
+        pool.release(&honest, ms(200), cheap(), t0);
+    }
+    // 100 calls of 1 ms leave 900 ms: sixteen 50 ms reserves at once fit.
+    for i in 0..16 {
+        assert_eq!(
+            pool.admit(&honest, ms(50), t0, true),
+            Admission::Granted,
+            "call {i}: the key's share is 16"
+        );
+    }
+    assert!(matches!(
+        pool.admit(&honest, ms(50), t0, true),
+        Admission::Queued(_)
+    ));
 }
 
 #[test]
@@ -321,16 +420,23 @@ async fn a_queued_call_is_shed_at_its_wait_deadline_and_its_slot_is_never_leaked
     // A zero wait deadline has passed by the first look: the outcome needs no timing.
     let bulkhead = Arc::new(Bulkhead::new(1, waiting(Duration::ZERO)));
     let k = key("x", "a");
-    let held = bulkhead.acquire(k.clone()).await.expect("the one slot");
-    let shed = bulkhead.acquire(k.clone()).await.err().expect("shed");
+    let held = bulkhead
+        .acquire(k.clone(), NO_RESERVE)
+        .await
+        .expect("the one slot");
+    let shed = bulkhead
+        .acquire(k.clone(), NO_RESERVE)
+        .await
+        .err()
+        .expect("shed");
     assert_eq!(shed.reason, ShedReason::WaitTimeout);
     drop(held);
     let again = bulkhead
-        .acquire(k.clone())
+        .acquire(k.clone(), NO_RESERVE)
         .await
         .expect("the slot is free again");
     drop(again);
-    assert!(bulkhead.try_acquire(k).is_ok());
+    assert!(bulkhead.try_acquire(k, NO_RESERVE).is_ok());
 }
 
 #[tokio::test]
@@ -338,16 +444,22 @@ async fn a_waiter_gets_the_slot_its_predecessor_releases() {
     // The deadline is far beyond the test: only the release can decide.
     let bulkhead = Arc::new(Bulkhead::new(1, waiting(MAX_WAIT)));
     let k = key("x", "a");
-    let held = bulkhead.acquire(k.clone()).await.expect("the one slot");
+    let held = bulkhead
+        .acquire(k.clone(), NO_RESERVE)
+        .await
+        .expect("the one slot");
     let waiter = tokio::spawn({
         let bulkhead = Arc::clone(&bulkhead);
         let k = k.clone();
-        async move { bulkhead.acquire(k).await.map(drop) }
+        async move { bulkhead.acquire(k, NO_RESERVE).await.map(drop) }
     });
     tokio::task::yield_now().await;
     held.finish(Usage::default());
     assert_eq!(waiter.await.expect("joined"), Ok(()));
-    assert!(bulkhead.try_acquire(k).is_ok(), "released after the waiter");
+    assert!(
+        bulkhead.try_acquire(k, NO_RESERVE).is_ok(),
+        "released after the waiter"
+    );
 }
 
 #[tokio::test]
@@ -355,17 +467,23 @@ async fn a_waiter_that_goes_away_gives_its_place_back() {
     // The deadline is far beyond the test: only the release can decide.
     let bulkhead = Arc::new(Bulkhead::new(1, waiting(MAX_WAIT)));
     let k = key("x", "a");
-    let held = bulkhead.acquire(k.clone()).await.expect("the one slot");
+    let held = bulkhead
+        .acquire(k.clone(), NO_RESERVE)
+        .await
+        .expect("the one slot");
     let waiter = tokio::spawn({
         let bulkhead = Arc::clone(&bulkhead);
         let k = k.clone();
-        async move { bulkhead.acquire(k).await.map(drop) }
+        async move { bulkhead.acquire(k, NO_RESERVE).await.map(drop) }
     });
     tokio::task::yield_now().await;
     waiter.abort();
     assert!(waiter.await.is_err(), "aborted");
     drop(held);
-    assert!(bulkhead.try_acquire(k).is_ok(), "nothing leaked");
+    assert!(
+        bulkhead.try_acquire(k, NO_RESERVE).is_ok(),
+        "nothing leaked"
+    );
 }
 
 #[test]
