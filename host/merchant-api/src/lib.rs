@@ -48,7 +48,7 @@ use tracing::Instrument;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::limits::{KeyedRateLimiter, RateLimit, WebhookMetrics};
+use crate::limits::{KeyedRateLimiter, RateLimit, RefusalHold, WebhookMetrics};
 
 /// Largest request body of a `/v1` or `/admin` endpoint.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -72,6 +72,9 @@ pub struct ApiConfig {
     /// account again: a change made through another gateway instance takes
     /// effect here within it (one made here does at once).
     pub webhook_limit_refresh: Duration,
+    /// How long a webhook refused by its account's limit waits for its 429 (at
+    /// most [`limits::MAX_HELD_REFUSALS`] at once; see [`limits::RefusalHold`]).
+    pub webhook_refusal_hold: Duration,
     /// The recovery scanner's policy, so the timeline's `next` says what
     /// the scanner will do (the server passes the scanner's own).
     pub recovery_policy: sluice_core::RecoveryPolicy,
@@ -83,6 +86,7 @@ impl Default for ApiConfig {
             idempotency_lease_ms: 5 * 60 * 1000,
             webhook_rate_limit: RateLimit::default(),
             webhook_limit_refresh: limits::WEBHOOK_LIMIT_REFRESH,
+            webhook_refusal_hold: limits::REFUSAL_HOLD,
             recovery_policy: sluice_core::RecoveryPolicy::default(),
         }
     }
@@ -97,6 +101,7 @@ pub struct MerchantApiState {
     pub config: Arc<ApiConfig>,
     webhook_metrics: Arc<WebhookMetrics>,
     webhook_limiter: Arc<KeyedRateLimiter>,
+    refusal_hold: Arc<RefusalHold>,
 }
 
 impl MerchantApiState {
@@ -118,6 +123,10 @@ impl MerchantApiState {
                 config.webhook_rate_limit,
                 config.webhook_limit_refresh,
             )),
+            refusal_hold: Arc::new(RefusalHold::new(
+                config.webhook_refusal_hold,
+                limits::MAX_HELD_REFUSALS,
+            )),
             config: Arc::new(config),
             webhook_metrics: Arc::new(WebhookMetrics::default()),
         }
@@ -135,6 +144,10 @@ impl MerchantApiState {
         registry: &prometheus::Registry,
     ) -> Result<(), prometheus::Error> {
         self.webhook_metrics.register(registry)
+    }
+
+    pub(crate) fn refusal_hold(&self) -> &RefusalHold {
+        &self.refusal_hold
     }
 
     pub(crate) fn webhook_limiter(&self) -> &KeyedRateLimiter {

@@ -12,8 +12,10 @@
 //! default limit.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use prometheus::{IntCounterVec, Opts, Registry};
 
@@ -100,6 +102,9 @@ pub fn limit_key(adapter: &str, connector_account: &str) -> String {
     format!("{adapter}/{connector_account}")
 }
 
+/// At most one log line per key in this interval says how many webhooks were refused.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Tokens are counted in thousandths so refills need no floats.
 const MILLI: u64 = 1000;
 const MAX_KEYS: usize = 10_000;
@@ -113,6 +118,9 @@ struct Bucket {
     /// When `limit` was read from the connector account; None: never (the
     /// default was assumed), so the next webhook reads it.
     limit_read: Option<Instant>,
+    /// Refusals since the last one logged, and when that was.
+    refused: u64,
+    refusal_logged: Option<Instant>,
 }
 
 impl Bucket {
@@ -130,6 +138,59 @@ impl Bucket {
         let spent = self.limit.capacity().saturating_sub(self.milli_tokens);
         self.milli_tokens = limit.capacity().saturating_sub(spent);
         self.limit = limit;
+    }
+}
+
+/// How long a refused webhook waits for its 429, and how many may wait at once.
+///
+/// A sender that ignores `Retry-After` and sends again the moment it is refused (a
+/// PSP's retry loop after its outage, or a flood) would otherwise get tens of
+/// thousands of refusals a second, each costing the gateway parsing, routing and a
+/// response, and take the CPU every other tenant's payments need. Held for `hold`,
+/// such a sender makes at most one request per connection per `hold`; a held refusal
+/// costs a timer and an open connection, no CPU. At most `max_held` refusals wait at
+/// a time; beyond that they are answered at once, so memory stays bounded too. A
+/// zero `hold` answers every refusal at once.
+#[derive(Debug)]
+pub struct RefusalHold {
+    hold: Duration,
+    slots: Arc<Semaphore>,
+}
+
+/// Default of [`RefusalHold`]'s `hold`.
+pub const REFUSAL_HOLD: Duration = Duration::from_millis(250);
+/// Longest `hold` a configuration may set: a PSP waits this long for its answer.
+pub const MAX_REFUSAL_HOLD: Duration = Duration::from_secs(5);
+/// Refusals held at once, at most.
+pub const MAX_HELD_REFUSALS: usize = 4096;
+
+impl RefusalHold {
+    pub fn new(hold: Duration, max_held: usize) -> Self {
+        RefusalHold {
+            hold: hold.min(MAX_REFUSAL_HOLD),
+            slots: Arc::new(Semaphore::new(max_held.min(Semaphore::MAX_PERMITS))),
+        }
+    }
+
+    /// Wait out the hold before a refusal is answered, if a hold slot is free.
+    pub async fn wait(&self) {
+        let Some(_slot) = self.try_slot() else {
+            return;
+        };
+        tokio::time::sleep(self.hold).await;
+    }
+
+    /// How long a held refusal waits.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
+    /// A slot to hold one refusal in; None: answer at once.
+    fn try_slot(&self) -> Option<OwnedSemaphorePermit> {
+        if self.hold.is_zero() {
+            return None;
+        }
+        Arc::clone(&self.slots).try_acquire_owned().ok()
     }
 }
 
@@ -204,6 +265,8 @@ impl KeyedRateLimiter {
             last: now,
             limit: read.unwrap_or(self.default),
             limit_read: None,
+            refused: 0,
+            refusal_logged: None,
         });
         bucket.refill(now);
         if let Some(limit) = read {
@@ -217,6 +280,29 @@ impl KeyedRateLimiter {
             let missing = MILLI - bucket.milli_tokens;
             Err(Duration::from_millis(missing.div_ceil(bucket.limit.rate())))
         }
+    }
+
+    /// Count a refusal of `key`; Some(refusals since the last log line) when one is
+    /// due: the first refusal, then at most one line per [`REFUSAL_LOG_EVERY`]. A
+    /// flood of refused webhooks must not cost a log line each.
+    pub fn note_refusal(&self, key: &str, now: Instant) -> Option<u64> {
+        let mut buckets = self.lock();
+        // A key refused in the shared overflow bucket is counted there.
+        let key = if buckets.contains_key(key) {
+            key
+        } else {
+            OVERFLOW_KEY
+        };
+        let bucket = buckets.get_mut(key)?;
+        bucket.refused = bucket.refused.saturating_add(1);
+        let due = bucket
+            .refusal_logged
+            .is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_LOG_EVERY);
+        if !due {
+            return None;
+        }
+        bucket.refusal_logged = Some(now);
+        Some(std::mem::take(&mut bucket.refused))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
@@ -587,5 +673,51 @@ mod tests {
         config.insert("webhook_per_second".to_owned(), "10".to_owned());
         config.insert("unrelated".to_owned(), "0".to_owned());
         assert_eq!(invalid_rate_key(&config), None);
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_logged_once_then_once_per_interval_with_its_count() {
+        let limiter = KeyedRateLimiter::new(limit(1, 1), REFRESH);
+        let t0 = Instant::now();
+        assert!(limiter.check("a/ca_flood", t0).is_ok());
+        assert!(limiter.check("a/ca_flood", t0).is_err());
+        assert_eq!(limiter.note_refusal("a/ca_flood", t0), Some(1), "the first");
+        for _ in 0..999 {
+            assert_eq!(limiter.note_refusal("a/ca_flood", t0), None);
+        }
+        let later = t0 + REFUSAL_LOG_EVERY;
+        assert_eq!(
+            limiter.note_refusal("a/ca_flood", later),
+            Some(1_000),
+            "one line for the 999 held back and this one"
+        );
+        assert_eq!(
+            limiter.note_refusal("a/ca_other", t0),
+            None,
+            "no bucket: nothing refused"
+        );
+    }
+
+    #[test]
+    fn at_most_max_held_refusals_wait_at_once_and_each_slot_comes_back() {
+        let hold = RefusalHold::new(Duration::from_millis(250), 2);
+        let first = hold.try_slot().expect("a slot");
+        let second = hold.try_slot().expect("a second slot");
+        assert!(hold.try_slot().is_none(), "the third is answered at once");
+        drop(first);
+        assert!(
+            hold.try_slot().is_some(),
+            "a slot comes back when its wait ends"
+        );
+        drop(second);
+    }
+
+    #[test]
+    fn a_zero_hold_holds_nothing_and_a_longer_one_than_allowed_is_capped() {
+        assert!(RefusalHold::new(Duration::ZERO, 10).try_slot().is_none());
+        assert_eq!(
+            RefusalHold::new(Duration::from_secs(3600), 10).hold(),
+            MAX_REFUSAL_HOLD
+        );
     }
 }

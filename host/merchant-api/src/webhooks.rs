@@ -2,7 +2,8 @@
 //!
 //! Body limit (router layer) → per-account rate limit (the account's own
 //! `webhook_burst` / `webhook_per_second`, else the gateway's; see
-//! [`crate::limits`]) → the orchestrator:
+//! [`crate::limits`]; a refusal waits out the refusal hold before its 429 and is
+//! logged once per account and interval, not per request) → the orchestrator:
 //! the adapter verifies the request with that account's secrets, and every
 //! verified event is durably in the inbox before `ingest_webhook` returns
 //! `Accepted`; only then does the PSP get the adapter's ack, byte for byte.
@@ -145,7 +146,12 @@ async fn rate_limited(state: &MerchantApiState, adapter: &str, account: &str) ->
     state
         .webhook_metrics()
         .count(WebhookOutcomeLabel::RateLimited);
-    tracing::warn!(adapter = %adapter, connector_account = %account, "webhook rate limited");
+    if let Some(refused) = limiter.note_refusal(&key, Instant::now()) {
+        tracing::warn!(adapter = %adapter, connector_account = %account, refused,
+            "webhooks rate limited (count since the last line of this account)");
+    }
+    // A sender that comes straight back pays with its time, not our CPU.
+    state.refusal_hold().wait().await;
     Some(
         ApiError::rate_limited(
             "too many webhooks for this connector account",

@@ -231,6 +231,9 @@ pub struct WebhookIntake {
     pub burst: Option<u32>,
     /// Refill of the bucket, webhooks per second.
     pub per_second: Option<u32>,
+    /// How long a refused webhook waits for its 429 (0 to 5000; unset: 250), so a
+    /// sender that ignores `Retry-After` cannot spend the gateway's CPU.
+    pub refusal_hold_ms: Option<u64>,
 }
 
 /// Largest webhook burst or rate a config may set: the same bound as a connector
@@ -250,6 +253,14 @@ impl WebhookIntake {
                     reason: format!("between 1 and {MAX_WEBHOOK_RATE}"),
                 });
             }
+        }
+        let max_hold = sluice_merchant_api::limits::MAX_REFUSAL_HOLD.as_millis();
+        if let Some(ms) = self.refusal_hold_ms.filter(|ms| u128::from(*ms) > max_hold) {
+            return Err(ConfigError::InvalidValue {
+                name: "webhooks.refusal_hold_ms",
+                value: ms.to_string(),
+                reason: format!("between 0 and {max_hold}"),
+            });
         }
         Ok(())
     }
@@ -765,15 +776,23 @@ action_timeout = 1",
 
     #[test]
     fn the_webhook_rate_limit_comes_from_the_webhooks_section_and_nonsense_is_refused() {
-        let text = "[webhooks]\nburst = 5000\nper_second = 2500";
+        let text = "[webhooks]\nburst = 5000\nper_second = 2500\nrefusal_hold_ms = 0";
         let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
         assert_eq!(
-            (config.webhooks.burst, config.webhooks.per_second),
-            (Some(5000), Some(2500))
+            (
+                config.webhooks.burst,
+                config.webhooks.per_second,
+                config.webhooks.refusal_hold_ms
+            ),
+            (Some(5000), Some(2500), Some(0))
         );
         let unset = Config::from_parts(None, no_env).unwrap();
         assert_eq!(unset.webhooks, WebhookIntake::default());
-        for bad in ["[webhooks]\nburst = 0", "[webhooks]\nper_second = 1000001"] {
+        for bad in [
+            "[webhooks]\nburst = 0",
+            "[webhooks]\nper_second = 1000001",
+            "[webhooks]\nrefusal_hold_ms = 5001",
+        ] {
             let err = Config::from_parts(Some((bad, Path::new("s.toml"))), no_env).unwrap_err();
             assert!(err.to_string().contains("webhooks."), "{err}");
         }

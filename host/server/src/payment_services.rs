@@ -129,6 +129,9 @@ impl PaymentServices {
         let limit = &mut api_config.webhook_rate_limit;
         limit.burst = settings.webhooks.burst.unwrap_or(limit.burst);
         limit.per_second = settings.webhooks.per_second.unwrap_or(limit.per_second);
+        if let Some(ms) = settings.webhooks.refusal_hold_ms {
+            api_config.webhook_refusal_hold = Duration::from_millis(ms);
+        }
         let merchant_api = MerchantApiState::with_config(orchestrator.clone(), pepper, api_config);
         merchant_api
             .webhook_metrics()
