@@ -312,6 +312,9 @@ pub mod fields {
         format!("^https?://[^{CONTROL}{SPACE}]*$")
     }
 
+    /// [`req::payment_method_type`].
+    pub const PAYMENT_METHOD_TYPE_PATTERN: &str = "^[a-z][a-z0-9_]*$";
+
     /// [`req::looks_like_id`]: visible ASCII.
     pub const ID_PATTERN: &str = r"^[\x21-\x7e]+$";
 
@@ -502,6 +505,13 @@ pub mod fields {
             "Route to the merchant's only active connector account of this adapter.";
         payment_method => required_text(req::MAX_TOKEN_CHARS, true),
             "An opaque payment method token for the PSP.";
+        payment_method_type => string(true)
+            .min_length(Some(1))
+            .max_length(Some(req::MAX_METHOD_TYPE_CHARS))
+            .pattern(Some(PAYMENT_METHOD_TYPE_PATTERN))
+            .build(),
+            "The kind of payment method (`card`, `sepa_debit`, ...), default `card`: what \
+             routing rules' `payment_method_types` match and PSP metrics are labelled with.";
         new_payment_method => required_text(req::MAX_TOKEN_CHARS, true),
             "New payment details for this attempt (e.g. after a decline); the payment's own \
              token otherwise.";

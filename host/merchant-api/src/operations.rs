@@ -103,7 +103,7 @@ pub async fn confirm(
         connector_account_id: body.connector_account.clone(),
         adapter_hint: body.routing.as_ref().map(|hint| hint.adapter.clone()),
         payment_method_token: payment_method,
-        payment_method_type: None,
+        payment_method_type: req::payment_method_type(body.payment_method_type.as_deref())?,
     };
     let view = state
         .orchestrator

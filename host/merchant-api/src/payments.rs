@@ -132,7 +132,7 @@ pub async fn create_payment(
         connector_account_id: body.connector_account.clone(),
         adapter_hint: body.routing.as_ref().map(|hint| hint.adapter.clone()),
         payment_method_token: None,
-        payment_method_type: None,
+        payment_method_type: req::payment_method_type(body.payment_method_type.as_deref())?,
     };
     let confirm = body.confirm == Some(true);
     if !confirm && (options.connector_account_id.is_some() || options.adapter_hint.is_some()) {

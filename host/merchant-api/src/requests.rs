@@ -22,6 +22,8 @@ pub const MAX_METADATA_KEYS: usize = 50;
 pub const MAX_METADATA_KEY_CHARS: usize = 40;
 pub const MAX_METADATA_VALUE_CHARS: usize = 500;
 pub const MAX_ID_CHARS: usize = 100;
+/// Longest payment method type (`card`, `sepa_debit`, ...).
+pub const MAX_METHOD_TYPE_CHARS: usize = 40;
 /// Longest a fulfillment deadline may lie in the future (90 days).
 pub const MAX_FULFILLMENT_WINDOW_MS: i64 = 90 * 24 * 3600 * 1000;
 
@@ -104,6 +106,11 @@ pub struct CreatePaymentRequest {
     /// An opaque payment method token for the PSP.
     #[schema(schema_with = crate::openapi::fields::payment_method)]
     pub payment_method: Option<String>,
+    /// The kind of payment method (`card`, `sepa_debit`, ...), default `card`:
+    /// what routing rules match and PSP metrics are labelled with (used with
+    /// `confirm`; give it again on a later confirm).
+    #[schema(schema_with = crate::openapi::fields::payment_method_type)]
+    pub payment_method_type: Option<String>,
     #[schema(schema_with = crate::openapi::fields::return_url)]
     pub return_url: Option<String>,
     #[schema(schema_with = crate::openapi::fields::description)]
@@ -130,6 +137,10 @@ pub struct ConfirmPaymentRequest {
     /// payment's own token otherwise.
     #[schema(schema_with = crate::openapi::fields::new_payment_method)]
     pub payment_method: Option<String>,
+    /// The kind of payment method of this attempt (`card`, `sepa_debit`, ...),
+    /// default `card`: what routing rules match and PSP metrics are labelled with.
+    #[schema(schema_with = crate::openapi::fields::payment_method_type)]
+    pub payment_method_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, ToSchema)]
@@ -415,6 +426,28 @@ pub fn metadata(map: &BTreeMap<String, String>) -> Result<serde_json::Value, Api
 
 /// An id in a path or body: short, visible ASCII. Anything else cannot exist,
 /// so it is reported as missing rather than malformed (no oracle).
+/// A payment method type: a lower-case letter, then lower-case letters, digits and
+/// `_`, at most [`MAX_METHOD_TYPE_CHARS`]. Routing rules match it exactly.
+pub fn payment_method_type(value: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let mut bytes = value.bytes();
+    let starts = bytes.next().is_some_and(|b| b.is_ascii_lowercase());
+    let rest = bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !starts || !rest || value.len() > MAX_METHOD_TYPE_CHARS {
+        return Err(ApiError::invalid(
+            "string_invalid",
+            "payment_method_type",
+            format!(
+                "payment_method_type is a lower-case letter, then lower-case letters, digits \
+                 or '_', at most {MAX_METHOD_TYPE_CHARS} characters (e.g. card, sepa_debit)"
+            ),
+        ));
+    }
+    Ok(Some(value.to_owned()))
+}
+
 pub fn looks_like_id(value: &str) -> bool {
     !value.is_empty() && value.len() <= MAX_ID_CHARS && value.bytes().all(|b| b.is_ascii_graphic())
 }

@@ -141,6 +141,8 @@ pub struct AttemptView {
     /// The sha256 digest of that version's component.
     pub adapter_digest: Option<String>,
     pub connector_account: String,
+    /// The kind of payment method routing chose the account for (`card`, ...).
+    pub payment_method_type: Option<String>,
     pub psp_reference: Option<String>,
     /// The attempt's detailed state (`SUCCEEDED`, `UNKNOWN`, ...).
     pub state: String,
@@ -479,6 +481,7 @@ impl From<&PaymentAttempt> for AttemptView {
             adapter_version: a.adapter_pin.as_ref().map(|p| p.version.clone()),
             adapter_digest: a.adapter_pin.as_ref().map(|p| p.digest.clone()),
             connector_account: a.connector_account_id.clone(),
+            payment_method_type: a.payment_method_type.clone(),
             psp_reference: a.psp_reference.clone(),
             state: a.state.as_str().to_owned(),
             failure: a.failure.as_ref().map(FailureView::from),

@@ -103,6 +103,64 @@ dual_test! {
 }
 
 dual_test! {
+    async fn a_rule_on_payment_method_types_routes_payments_of_that_type_and_a_malformed_type_is_refused_with_nothing_written(&gw) {
+        let m = gw.merchant("Acme").await;
+        let second = gw
+            .admin_post(
+                &format!("/admin/merchants/{}/connector_accounts", m.id),
+                &json!({"adapter": "test-well-behaved", "label": "sepa",
+                        "config": {"base_url": gw.psp.base_url()},
+                        "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}}),
+            )
+            .await
+            .expect(201)
+            .json()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let config = json!({"rules": [
+            {"id": "sepa", "when": {"payment_method_types": ["sepa_debit"]},
+             "accounts": [{"connector_account": second, "weight": 1}]},
+            {"id": "cards", "when": {"payment_method_types": ["card"]},
+             "accounts": [{"connector_account": m.account, "weight": 1}]}
+        ]});
+        gw.admin_put(&format!("/admin/merchants/{}/routing", m.id), &config).await.expect(200);
+        let account_of = |created: &serde_json::Value| created["attempts"][0]["connector_account"].as_str().map(str::to_owned);
+
+        let mut sepa = crate::common::payment_body("type-sepa", 700);
+        sepa["confirm"] = json!(true);
+        sepa["payment_method_type"] = json!("sepa_debit");
+        let created = gw.post(&m.key, "/v1/payments", &sepa).await.expect(201).json();
+        assert_eq!(account_of(&created), Some(second.clone()), "{created}");
+        assert_eq!(created["attempts"][0]["payment_method_type"], "sepa_debit");
+        let id = created["id"].as_str().unwrap();
+        let timeline = gw.get(&m.key, &format!("/v1/payments/{id}/timeline")).await.expect(200).text();
+        assert!(timeline.contains("rule sepa"), "{timeline}");
+
+        // No type is a card; a later confirm names its own type.
+        let mut card = crate::common::payment_body("type-card", 700);
+        card["confirm"] = json!(true);
+        let created = gw.post(&m.key, "/v1/payments", &card).await.expect(201).json();
+        assert_eq!(account_of(&created), Some(m.account.clone()), "{created}");
+        assert_eq!(created["attempts"][0]["payment_method_type"], "card");
+        let later = gw.post(&m.key, "/v1/payments", &crate::common::payment_body("type-later", 700)).await.expect(201).json();
+        let confirm = format!("/v1/payments/{}/confirm", later["id"].as_str().unwrap());
+        let confirmed = gw.post(&m.key, &confirm, &json!({"payment_method_type": "sepa_debit"})).await.expect(200).json();
+        assert_eq!(account_of(&confirmed), Some(second.clone()), "{confirmed}");
+
+        for bad in ["SEPA", "sepa-debit", "", "1card", &"x".repeat(41)] {
+            let mut body = crate::common::payment_body("type-bad", 700);
+            body["confirm"] = json!(true);
+            body["payment_method_type"] = json!(bad);
+            let refused = gw.post(&m.key, "/v1/payments", &body).await.expect_error(400, "string_invalid");
+            assert_eq!(refused["param"], "payment_method_type", "{bad:?}: {refused}");
+        }
+        // Nothing was written: the order number is still free.
+        gw.post(&m.key, "/v1/payments", &crate::common::payment_body("type-bad", 700)).await.expect(201);
+    }
+}
+
+dual_test! {
     async fn every_field_of_a_routing_configuration_is_judged_before_anything_is_written(&gw) {
         let m = gw.merchant("Acme").await;
         let path = format!("/admin/merchants/{}/routing", m.id);

@@ -83,6 +83,10 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
         body("m-3", "pm_card_threeDSecureRequired", true),
     )
     .await;
+    // The payment method type is the merchant's: its own label value.
+    let mut sepa = body("m-4", "pm_card_visa", true);
+    sepa["payment_method_type"] = json!("sepa_debit");
+    pay(&http, &base, &setup.api_key, sepa).await;
     // Wait for the sale to settle (the sandbox answers at once; webhooks may follow).
     let deadline = Instant::now() + Duration::from_secs(20);
     let paid_id = paid["id"].as_str().unwrap();
@@ -173,6 +177,11 @@ async fn metrics_expose_pending_states_manual_review_psp_calls_and_cas_conflicts
     );
     assert!(
         sum_with(&text, "sluice_psp_call_duration_seconds_count", &sale) >= 2.0,
+        "{text}"
+    );
+    let sepa = [r#"adapter="stripe""#, r#"payment_method="sepa_debit""#];
+    assert!(
+        sum_with(&text, "sluice_psp_calls_total", &sepa) >= 1.0,
         "{text}"
     );
     let succeeded = [&sale[..], &[r#"result="PAYMENT_SUCCEEDED""#]].concat();
