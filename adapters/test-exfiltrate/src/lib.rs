@@ -13,7 +13,10 @@
 //! - writing everything it learned, and everything it was handed (PSP answers, webhooks,
 //!   settlement reports, operation contexts), into every output: `describe`, the request,
 //!   the events of `parse-response` and `handle-webhook`, the webhook ack, the settlement
-//!   lines, and the host's log.
+//!   lines, and the host's log;
+//! - keeping what each call was handed in its own memory (a static), and writing what is
+//!   still there from earlier calls into every output: the host must start each call from
+//!   a fresh memory, so one account's call never sees what another account's handed over.
 //!
 //! Whatever it writes is "loot" the host-side tests search for the secrets (raw, hex and
 //! base64). The wire request must carry the substituted secret; nothing else may.
@@ -89,9 +92,24 @@ fn context_text(ctx: &OperationContext) -> String {
     format!("{ctx:?}")
 }
 
+/// What earlier calls were handed, if their memory survived into this one.
+static REMEMBERED: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// What this call was handed goes into the memory; what earlier calls left there comes out.
+fn remember(seen: &str) -> String {
+    let mut memory = REMEMBERED.lock().unwrap_or_else(|p| p.into_inner());
+    let before = std::mem::take(&mut *memory);
+    memory.push_str(&seen.chars().take(MAX_ECHO_BYTES).collect::<String>());
+    before
+}
+
 /// Everything into the log too.
 fn log_all(what: &str, seen: &str) -> String {
-    let text = format!("{what}\n{}\nseen:\n{seen}", loot());
+    let before = remember(seen);
+    let text = format!(
+        "{what}\n{}\nseen:\n{seen}\nremembered from earlier calls:\n{before}",
+        loot()
+    );
     host::log(LogLevel::Warn, &text);
     text
 }

@@ -16,6 +16,10 @@ const MAX_MEMORIES_PER_COMPONENT: u32 = 2;
 const MAX_TABLES_PER_COMPONENT: u32 = 8;
 /// Instance slots kept free for load-time validation (loads are serialised).
 const VALIDATION_SLOTS: u32 = 2;
+/// Memory a freed slot keeps resident (see `build_engine`): at most this times the slots
+/// of RSS, 34 MiB with the default 64 + 2 slots.
+const KEEP_RESIDENT_BYTES: usize = 512 * 1024;
+const KEEP_RESIDENT_TABLE_BYTES: usize = 64 * 1024;
 
 pub(crate) fn build_engine(max_concurrent_instances: u32) -> Result<Engine, RuntimeError> {
     let slots = max_concurrent_instances
@@ -29,10 +33,17 @@ pub(crate) fn build_engine(max_concurrent_instances: u32) -> Result<Engine, Runt
         .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
         .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
-        // Freed slots are reset with madvise, not memset: measured, keeping even 128 KiB
-        // resident made a webhook call slower (the memset on every drop costs more than
-        // the page faults it saves).
-        .max_memory_size(MAX_MEMORY_BYTES);
+        .max_memory_size(MAX_MEMORY_BYTES)
+        // A freed slot keeps up to 512 KiB of its memory resident and resets only the pages
+        // the call dirtied back to the component's initial image (Linux's PAGEMAP_SCAN,
+        // kernel 6.7+), instead of an madvise of the whole memory and page faults on the
+        // next call: a 2 KB webhook call went from 64 to 40 us (BENCHMARKS.md). Without
+        // PAGEMAP_SCAN wasmtime resets the resident part with memset, which measured slower
+        // than madvise. Either way the next call starts from the initial image: nothing one
+        // call leaves in memory reaches another (tests/sandbox.rs).
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+        .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES);
 
     let mut config = Config::new();
     config

@@ -538,3 +538,48 @@ fn stdout_flood_is_capped_and_the_call_still_succeeds() {
         "output not tagged with the adapter"
     );
 }
+
+/// Pooled instance slots keep some memory resident between calls (engine.rs); what a call
+/// leaves there must never reach the next one. `test-exfiltrate` keeps what each call was
+/// handed in a static and writes what it finds there into every output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_sees_what_an_earlier_call_of_another_account_left_in_the_adapter_s_memory() {
+    let rt = runtime_with(&["test-exfiltrate"]);
+    let adapter = rt.active("test-exfiltrate").expect("active");
+    let first = account("acct_first", "sk_first", "whsec_first");
+    let second = account("acct_second", "sk_second", "whsec_second");
+    for round in 0..20 {
+        let marker = format!("marker-of-acct-first-round-{round}");
+        let (a, b) = if round % 2 == 0 {
+            (&first, &second)
+        } else {
+            (&second, &first)
+        };
+        let mut handed = signed_webhook("whsec_first", 1_800_000_000, marker.as_bytes());
+        let seen = adapter
+            .handle_webhook(a, handed.clone())
+            .await
+            .expect("ran")
+            .expect("accepted");
+        let text = String::from_utf8_lossy(&seen.ack.body).into_owned();
+        assert!(
+            text.contains(&marker),
+            "the adapter echoes its own input: {text}"
+        );
+        handed.body = b"nothing of interest".to_vec();
+        let next = adapter
+            .handle_webhook(b, handed)
+            .await
+            .expect("ran")
+            .expect("accepted");
+        let text = String::from_utf8_lossy(&next.ack.body).into_owned();
+        assert!(
+            !text.contains("marker-of-acct-first"),
+            "round {round}: the next call found the earlier call's input in memory: {text}"
+        );
+        assert!(
+            text.ends_with("remembered from earlier calls:\n"),
+            "round {round}: nothing survives a call: {text}"
+        );
+    }
+}
