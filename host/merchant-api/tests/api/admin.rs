@@ -61,19 +61,7 @@ dual_test! {
         let path = format!("/admin/merchants/{}/routing", m.id);
         let empty = gw.admin_get(&path).await.expect(200).json();
         assert_eq!((empty["version"].as_i64(), empty["config"]["rules"].as_array().map(Vec::len)), (Some(0), Some(0)));
-        let second = gw
-            .admin_post(
-                &format!("/admin/merchants/{}/connector_accounts", m.id),
-                &json!({"adapter": "test-well-behaved", "label": "second",
-                        "config": {"base_url": gw.psp.base_url()},
-                        "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}}),
-            )
-            .await
-            .expect(201)
-            .json()["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let second = gw.another_account(&m.id, "second").await;
         // With two accounts and no routing, a payment must name one.
         let mut body = crate::common::payment_body("route-0", 500);
         body["confirm"] = json!(true);
@@ -105,19 +93,7 @@ dual_test! {
 dual_test! {
     async fn a_rule_on_payment_method_types_routes_payments_of_that_type_and_a_malformed_type_is_refused_with_nothing_written(&gw) {
         let m = gw.merchant("Acme").await;
-        let second = gw
-            .admin_post(
-                &format!("/admin/merchants/{}/connector_accounts", m.id),
-                &json!({"adapter": "test-well-behaved", "label": "sepa",
-                        "config": {"base_url": gw.psp.base_url()},
-                        "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}}),
-            )
-            .await
-            .expect(201)
-            .json()["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let second = gw.another_account(&m.id, "sepa").await;
         let config = json!({"rules": [
             {"id": "sepa", "when": {"payment_method_types": ["sepa_debit"]},
              "accounts": [{"connector_account": second, "weight": 1}]},

@@ -222,6 +222,23 @@ impl Gateway {
         }
     }
 
+    /// Another connector account of merchant `merchant_id` on `test-well-behaved` at
+    /// the fake PSP, with the same secrets as its first; its id.
+    pub async fn another_account(&self, merchant_id: &str, label: &str) -> String {
+        self.admin_post(
+            &format!("/admin/merchants/{merchant_id}/connector_accounts"),
+            &json!({"adapter": ADAPTER, "label": label,
+                    "config": {"base_url": self.psp.base_url()},
+                    "secrets": {"api_key": API_KEY, "webhook_secret": WEBHOOK_SECRET}}),
+        )
+        .await
+        .expect(201)
+        .json()["id"]
+            .as_str()
+            .expect("account id")
+            .to_owned()
+    }
+
     /// A merchant created through the admin API, with an API key and one
     /// connector account on adapter `test-well-behaved` at the fake PSP.
     pub async fn merchant(&self, name: &str) -> TestMerchant {
