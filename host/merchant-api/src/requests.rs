@@ -424,8 +424,6 @@ pub fn metadata(map: &BTreeMap<String, String>) -> Result<serde_json::Value, Api
     Ok(serde_json::Value::Object(out))
 }
 
-/// An id in a path or body: short, visible ASCII. Anything else cannot exist,
-/// so it is reported as missing rather than malformed (no oracle).
 /// A payment method type: a lower-case letter, then lower-case letters, digits and
 /// `_`, at most [`MAX_METHOD_TYPE_CHARS`]. Routing rules match it exactly.
 pub fn payment_method_type(value: Option<&str>) -> Result<Option<String>, ApiError> {
@@ -448,6 +446,8 @@ pub fn payment_method_type(value: Option<&str>) -> Result<Option<String>, ApiErr
     Ok(Some(value.to_owned()))
 }
 
+/// An id in a path or body: short, visible ASCII. Anything else cannot exist,
+/// so it is reported as missing rather than malformed (no oracle).
 pub fn looks_like_id(value: &str) -> bool {
     !value.is_empty() && value.len() <= MAX_ID_CHARS && value.bytes().all(|b| b.is_ascii_graphic())
 }
