@@ -358,7 +358,11 @@ async fn incarnation(
     let store = Store::connect_with(
         db_url,
         StoreOptions {
-            max_connections: 4,
+            // One connection, as one seed runs one thing at a time: every
+            // extra connection is another worker thread to wake, and a code
+            // path that held a transaction while asking for a second
+            // connection would hang the seed, which is a finding, not noise.
+            max_connections: 1,
             clock: Arc::new(clock.clone()),
             entropy: Arc::new(SeededEntropy::new(entropy_seed)),
             ..StoreOptions::default()
