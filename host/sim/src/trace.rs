@@ -54,6 +54,9 @@ impl Trace {
             inner.hasher.update(line.as_bytes());
             inner.hasher.update(b"\n");
             inner.lines += 1;
+            // For diagnosis beside other logs (`SLUICE_SIM_LOG=sluice_sim=debug,
+            // sqlx::query=debug` shows each step's statements under its line).
+            tracing::debug!(target: "sluice_sim::trace", "{line}");
             if inner.echo {
                 println!("{line}");
             }

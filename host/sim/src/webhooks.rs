@@ -218,7 +218,7 @@ impl World {
             .line(format!("step forge M-{} {kind} -> {line}", psp.adapter()));
         self.drain_inbox().await?;
         let after = Snapshot::take(self).await?;
-        for change in before.changes(&after) {
+        for change in before.changes(&after, self) {
             self.violation(format!(
                 "a forged {kind} from the hostile tenant changed another tenant's money: {change}"
             ));
