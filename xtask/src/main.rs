@@ -522,10 +522,24 @@ fn demo(extra: &[OsString]) -> Result<()> {
     run(&mut cmd)
 }
 
+/// The simulator runs from the `sim` profile (optimised, the workspace's
+/// assertions kept; see Cargo.toml).
+const SIM_RUN: [&str; 9] = [
+    "run",
+    "-q",
+    "--profile",
+    "sim",
+    "-p",
+    "sluice-sim",
+    "--bin",
+    "sluice-sim",
+    "--",
+];
+
 fn sim(extra: &[OsString]) -> Result<()> {
     let adapters_dir = build_adapters()?;
     let mut cmd = cargo();
-    cmd.args(["run", "-q", "-p", "sluice-sim", "--bin", "sluice-sim", "--"])
+    cmd.args(SIM_RUN)
         .arg("--adapters")
         .arg(&adapters_dir)
         .args(extra);
@@ -542,6 +556,7 @@ fn sim_mutants(extra: &[OsString]) -> Result<()> {
     let adapters_dir = build_adapters()?;
     let root = workspace_root();
     let scratch = target_dir().join("mutants");
+    seed_mutant_target(&scratch.join("target"))?;
     let mut patches: Vec<PathBuf> = fs::read_dir(root.join("host/sim/mutants"))
         .map_err(|e| format!("host/sim/mutants: {e}"))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -572,7 +587,7 @@ fn sim_mutants(extra: &[OsString]) -> Result<()> {
         let output = cargo()
             .current_dir(&tree)
             .env("CARGO_TARGET_DIR", scratch.join("target"))
-            .args(["run", "-q", "-p", "sluice-sim", "--bin", "sluice-sim", "--"])
+            .args(SIM_RUN)
             .arg("--adapters")
             .arg(&adapters_dir)
             .args(["--seeds", &seeds, "--jobs", "2"])
@@ -608,6 +623,20 @@ fn sim_mutants(extra: &[OsString]) -> Result<()> {
         println!("| `{name}` | {verdict} |");
     }
     Ok(())
+}
+
+/// The mutants build in their own target directory, so that a mutant's
+/// binary never stands where `cargo xtask sim` runs the real one. Starting it
+/// as a copy of the real build's `sim` profile spares a full optimised build
+/// of every dependency (the workspace's crates live at another path there, so
+/// cargo rebuilds just those).
+fn seed_mutant_target(mutant_target: &Path) -> Result<()> {
+    let built = target_dir().join("sim");
+    if mutant_target.join("sim").exists() || !built.exists() {
+        return Ok(());
+    }
+    fs::create_dir_all(mutant_target).map_err(|e| format!("{}: {e}", mutant_target.display()))?;
+    run(Command::new("cp").arg("-a").arg(&built).arg(mutant_target))
 }
 
 #[cfg(test)]

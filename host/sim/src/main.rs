@@ -26,7 +26,7 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     jobs: usize,
     /// Workload steps per seed before convergence.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = SimOptions::default().steps)]
     steps: u32,
     /// Run this many of the seeds a second time and compare trace hashes.
     #[arg(long, default_value_t = 0)]
