@@ -40,4 +40,4 @@ pub use publisher::{
     AfterSendHook, HookAction, JitterSource, PublishReport, Publisher, PublisherConfig,
     PublisherHooks, SentDelivery, SinkReport,
 };
-pub use webhook::DELIVERY_ID_HEADER;
+pub use webhook::{HttpWebhookTransport, WebhookPost, WebhookTransport, DELIVERY_ID_HEADER};

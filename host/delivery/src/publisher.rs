@@ -30,7 +30,7 @@ use crate::deliveries::{
 use crate::endpoints::{self, matches_event_type};
 use crate::metrics::DeliveryMetrics;
 use crate::nats::{NatsSink, NatsSinkConfig};
-use crate::webhook::{SendOutcome, WebhookSender};
+use crate::webhook::{HttpWebhookTransport, SendOutcome, WebhookSender, WebhookTransport};
 use crate::DeliveryError;
 use sluice_core::recovery::OutboxRetryPolicy;
 use sluice_store::{OutboxMessage, Store};
@@ -125,13 +125,17 @@ pub enum HookAction {
 pub type AfterSendHook = Arc<dyn Fn(&SentDelivery) -> HookAction + Send + Sync>;
 pub type JitterSource = Arc<dyn Fn() -> f64 + Send + Sync>;
 
-/// Seams for fault-injection tests. Production leaves both `None`.
+/// Seams for fault-injection tests and the simulator. Production leaves
+/// all three `None`.
 #[derive(Clone, Default)]
 pub struct PublisherHooks {
     /// Called after a sink accepted a delivery and before it is marked sent.
     pub after_send: Option<AfterSendHook>,
     /// Jitter in [0, 1) for the retry schedule; random when `None`.
     pub jitter: Option<JitterSource>,
+    /// What carries merchant webhooks; HTTP ([`HttpWebhookTransport`] with
+    /// the configured timeout) when `None`.
+    pub webhook_transport: Option<Arc<dyn WebhookTransport>>,
 }
 
 impl std::fmt::Debug for PublisherHooks {
@@ -139,6 +143,7 @@ impl std::fmt::Debug for PublisherHooks {
         f.debug_struct("PublisherHooks")
             .field("after_send", &self.after_send.is_some())
             .field("jitter", &self.jitter.is_some())
+            .field("webhook_transport", &self.webhook_transport.is_some())
             .finish()
     }
 }
@@ -226,7 +231,11 @@ impl Publisher {
     ) -> Result<Publisher, DeliveryError> {
         config.validate()?;
         let nats = config.nats.clone().map(NatsSink::new).transpose()?;
-        let webhooks = WebhookSender::new(config.http_timeout)?;
+        let transport: Arc<dyn WebhookTransport> = match &hooks.webhook_transport {
+            Some(transport) => Arc::clone(transport),
+            None => Arc::new(HttpWebhookTransport::new(config.http_timeout)?),
+        };
+        let webhooks = WebhookSender::new(transport);
         Ok(Publisher {
             inner: Arc::new(Inner {
                 store,

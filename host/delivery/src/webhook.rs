@@ -23,13 +23,43 @@ pub(crate) enum SendOutcome {
     Failed { error: String, status: Option<i64> },
 }
 
+/// One signed POST to a merchant's endpoint, as the publisher built it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookPost {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for WebhookPost {
+    // The URL may carry a token and the headers carry signatures: neither is
+    // printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("WebhookPost")
+            .field("header_names", &names)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+/// What carries a delivery to a merchant: HTTP in production
+/// ([`HttpWebhookTransport`]); the simulator's merchants answer in process.
+#[async_trait::async_trait]
+pub trait WebhookTransport: Send + Sync {
+    /// The HTTP status of the answer, or why there was none (a description
+    /// that never contains the URL).
+    async fn post(&self, post: WebhookPost) -> Result<u16, String>;
+}
+
+/// Merchant webhooks over HTTP(S): no redirects, one whole-request timeout.
 #[derive(Debug, Clone)]
-pub(crate) struct WebhookSender {
+pub struct HttpWebhookTransport {
     client: reqwest::Client,
 }
 
-impl WebhookSender {
-    pub(crate) fn new(timeout: Duration) -> Result<WebhookSender, DeliveryError> {
+impl HttpWebhookTransport {
+    pub fn new(timeout: Duration) -> Result<HttpWebhookTransport, DeliveryError> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -39,7 +69,32 @@ impl WebhookSender {
             .user_agent(USER_AGENT)
             .build()
             .map_err(|e| DeliveryError::Config(format!("HTTP client: {e}")))?;
-        Ok(WebhookSender { client })
+        Ok(HttpWebhookTransport { client })
+    }
+}
+
+#[async_trait::async_trait]
+impl WebhookTransport for HttpWebhookTransport {
+    async fn post(&self, post: WebhookPost) -> Result<u16, String> {
+        let mut request = self.client.post(&post.url);
+        for (name, value) in &post.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        match request.body(post.body).send().await {
+            Ok(response) => Ok(response.status().as_u16()),
+            Err(e) => Err(describe(e)),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct WebhookSender {
+    transport: std::sync::Arc<dyn WebhookTransport>,
+}
+
+impl WebhookSender {
+    pub(crate) fn new(transport: std::sync::Arc<dyn WebhookTransport>) -> WebhookSender {
+        WebhookSender { transport }
     }
 
     /// POST the event, signed at `now_unix`.
@@ -59,42 +114,57 @@ impl WebhookSender {
                 }
             }
         };
-        let signature = sign(&endpoint.secret, now_unix, &body);
-        let mut request = self
-            .client
-            .post(&endpoint.endpoint.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(SIGNATURE_HEADER, signature)
-            .header(EVENT_ID_HEADER, &envelope.id)
-            .header(DELIVERY_ID_HEADER, delivery_id);
-        // Standard Webhooks, same secret, same instant. Every secret Sluice
-        // mints has the key; one that does not (written by hand) still gets
-        // the `Sluice-Signature`, and the reason is logged, never the secret.
-        match sign_standard(&endpoint.secret, &envelope.id, now_unix, &body) {
-            Ok(standard) => {
-                request = request
-                    .header(WEBHOOK_ID_HEADER, &envelope.id)
-                    .header(WEBHOOK_TIMESTAMP_HEADER, now_unix.to_string())
-                    .header(WEBHOOK_SIGNATURE_HEADER, standard);
-            }
-            Err(error) => tracing::warn!(endpoint_id = %endpoint.endpoint.id, %error,
-                "no Standard Webhooks signature for this endpoint's secret"),
-        }
-        let sent = request.body(body).send().await;
-        match sent {
-            Ok(response) if response.status().is_success() => SendOutcome::Delivered {
-                status: i64::from(response.status().as_u16()),
+        let post = WebhookPost {
+            url: endpoint.endpoint.url.clone(),
+            headers: signed_headers(endpoint, envelope, delivery_id, now_unix, &body),
+            body,
+        };
+        match self.transport.post(post).await {
+            Ok(status) if (200..300).contains(&status) => SendOutcome::Delivered {
+                status: i64::from(status),
             },
-            Ok(response) => SendOutcome::Failed {
-                error: format!("endpoint answered HTTP {}", response.status().as_u16()),
-                status: Some(i64::from(response.status().as_u16())),
+            Ok(status) => SendOutcome::Failed {
+                error: format!("endpoint answered HTTP {status}"),
+                status: Some(i64::from(status)),
             },
-            Err(e) => SendOutcome::Failed {
-                error: describe(e),
+            Err(error) => SendOutcome::Failed {
+                error,
                 status: None,
             },
         }
     }
+}
+
+/// The content type, both signatures and the ids of one delivery.
+fn signed_headers(
+    endpoint: &SigningEndpoint,
+    envelope: &EventEnvelope,
+    delivery_id: &str,
+    now_unix: i64,
+    body: &[u8],
+) -> Vec<(String, String)> {
+    let mut headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        (
+            SIGNATURE_HEADER.to_owned(),
+            sign(&endpoint.secret, now_unix, body),
+        ),
+        (EVENT_ID_HEADER.to_owned(), envelope.id.clone()),
+        (DELIVERY_ID_HEADER.to_owned(), delivery_id.to_owned()),
+    ];
+    // Standard Webhooks, same secret, same instant. Every secret Sluice
+    // mints has the key; one that does not (written by hand) still gets
+    // the `Sluice-Signature`, and the reason is logged, never the secret.
+    match sign_standard(&endpoint.secret, &envelope.id, now_unix, body) {
+        Ok(standard) => headers.extend([
+            (WEBHOOK_ID_HEADER.to_owned(), envelope.id.clone()),
+            (WEBHOOK_TIMESTAMP_HEADER.to_owned(), now_unix.to_string()),
+            (WEBHOOK_SIGNATURE_HEADER.to_owned(), standard),
+        ]),
+        Err(error) => tracing::warn!(endpoint_id = %endpoint.endpoint.id, %error,
+            "no Standard Webhooks signature for this endpoint's secret"),
+    }
+    headers
 }
 
 /// A transport error with its causes, without the URL.

@@ -280,6 +280,7 @@ impl World {
             found.extend(ledger_disagreements(&payment.name, &d, &psp, &psp_refunds));
         }
         found.extend(self.inbox_left_open().await?);
+        found.extend(self.undelivered().await?);
         for what in found {
             self.violation(what);
         }
@@ -303,6 +304,19 @@ impl World {
                     .then(|| format!("a webhook body carrying {events} events has {n} inbox rows"))
             })
             .collect())
+    }
+
+    /// Every outbox event reached its merchant's endpoint at least once
+    /// (or is a dead letter), and none is marked delivered unreceived.
+    async fn undelivered(&self) -> Result<Vec<String>, SimError> {
+        let rows: Vec<(String, String, String, String)> =
+            sqlx::query_as(crate::merchants::DELIVERIES)
+                .fetch_all(self.gw.store.pool())
+                .await?;
+        Ok(crate::merchants::delivery_violations(
+            &rows,
+            &self.merchants.received(),
+        ))
     }
 
     /// Accepted webhook events still waiting after convergence.

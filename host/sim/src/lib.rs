@@ -14,6 +14,7 @@
 //! with its trace.
 
 pub mod check;
+pub mod merchants;
 pub mod net;
 pub mod ops;
 pub mod rng;
@@ -238,6 +239,7 @@ impl World {
             self.deliver_webhooks(true).await?;
             self.drain_inbox().await?;
             self.scan().await?;
+            self.publish_all().await?;
             self.collect_webhooks();
             if !self.in_flight.is_empty() {
                 continue;
@@ -248,15 +250,15 @@ impl World {
             if open.count == 0 {
                 break;
             }
-            match open.next_due {
-                Some(due) if due <= deadline => {
-                    // Due but not taken: leased by a killed instance.
-                    let due = match due > now {
-                        true => due,
-                        false => open.lease_expiry.unwrap_or(now),
-                    };
-                    self.clock.advance((due - now).max(0) + 1);
-                }
+            // What is due now was just run; what is left waits for a later
+            // time, a lease or claim of a killed instance to run out, or an
+            // earlier event of its payment (the publisher's per-payment order).
+            let next = match (open.next_due, open.lease_expiry) {
+                (Some(due), Some(lease)) => Some(due.min(lease)),
+                (due, lease) => due.or(lease),
+            };
+            match next {
+                Some(at) if at <= deadline => self.clock.advance((at - now).max(0) + 1),
                 _ => break,
             }
         }
@@ -264,10 +266,22 @@ impl World {
         Ok(())
     }
 
+    /// Publisher passes until one finds nothing to do (bounded: each pass
+    /// handles a batch, and a seed has a few hundred events at most).
+    async fn publish_all(&mut self) -> Result<(), SimError> {
+        for _ in 0..20 {
+            if !self.publish().await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Pending rows (anything with a next look) of payments no operator has
-    /// been asked about and inbox events not yet applied, the earliest of
-    /// their due times, and when the first scanner lease held at `now` runs
-    /// out: one statement, as every convergence round asks.
+    /// been asked about, inbox events not yet applied, outbox events and
+    /// deliveries not yet done, the earliest of their due times after `now`,
+    /// and when the first lease or claim held at `now` runs out: one
+    /// statement, as every convergence round asks.
     async fn open_outside_review(&self, now: i64) -> Result<OpenOutsideReview, SimError> {
         let (count, next_due, lease_expiry): (i64, Option<i64>, Option<i64>) =
             sqlx::query_as(OPEN_OUTSIDE_REVIEW)
@@ -304,10 +318,21 @@ WITH open_rows AS (
     UNION ALL
     SELECT next_attempt_at FROM webhook_inbox
         WHERE status IN ('pending', 'processing', 'failed')
+    UNION ALL
+    SELECT next_attempt_at FROM outbox WHERE status = 'pending'
+    UNION ALL
+    SELECT next_attempt_at FROM event_deliveries WHERE status = 'pending'
+),
+leases AS (
+    SELECT lease_until AS until FROM scanner_leases
+    UNION ALL
+    SELECT claimed_until FROM outbox WHERE status = 'pending'
+    UNION ALL
+    SELECT claimed_until FROM event_deliveries WHERE status = 'pending'
 )
 SELECT (SELECT COUNT(*) FROM open_rows),
-       (SELECT MIN(due) FROM open_rows),
-       (SELECT MIN(lease_until) FROM scanner_leases WHERE lease_until > $1)";
+       (SELECT MIN(due) FROM open_rows WHERE due > $1),
+       (SELECT MIN(until) FROM leases WHERE until > $1)";
 
 /// The bulkhead's waits and CPU budgets are wall-clock time too: a call shed
 /// under load in one run and not in its replay would make a seed depend on

@@ -6,10 +6,12 @@
 use std::future::Future;
 
 use sluice_core::{CaptureMode, Currency, Money};
+use sluice_delivery::DeliveryError;
 use sluice_orchestrator::{ConfirmOptions, CreatePayment, OrchestratorError};
 use sluice_sandbox_psp::PayStatus;
 use sluice_store::PendingKind;
 
+use crate::merchants::report_line;
 use crate::world::{KeyedOp, SimPayment, World, HONEST};
 use crate::SimError;
 
@@ -29,6 +31,7 @@ pub enum Step {
     Scan,
     Advance,
     Forge,
+    Publish,
     Crash,
 }
 
@@ -47,6 +50,7 @@ const STEPS: &[(u64, Step)] = &[
     (8, Step::Scan),
     (12, Step::Advance),
     (3, Step::Forge),
+    (6, Step::Publish),
     (1, Step::Crash),
 ];
 
@@ -81,6 +85,7 @@ impl World {
                 Ok(())
             }
             Step::Forge => self.forge().await,
+            Step::Publish => self.publish().await.map(|_| ()),
             Step::Crash => {
                 self.trace.line("step crash between two steps");
                 self.restart().await
@@ -357,6 +362,33 @@ impl World {
         };
         self.trace.line(format!("step inbox -> {line}"));
         Ok(())
+    }
+
+    /// One pass of the outbox publisher (fan-out, then the merchants'
+    /// webhooks); true when it did anything. A kill after a merchant's 2xx
+    /// and before the mark restarts the gateway.
+    pub async fn publish(&mut self) -> Result<bool, SimError> {
+        let publisher = self.gw.publisher.clone();
+        let outcome = self.guarded(publisher.publish_once()).await?;
+        let (line, busy) = match outcome {
+            None => ("killed".to_owned(), false),
+            Some(Ok(report)) => (report_line(&report), report.did_work()),
+            // Killed after a merchant's 2xx and before the mark (the hook
+            // threw the incarnation's kill switch, which `guarded` may see
+            // first: either way the same line).
+            Some(Err(DeliveryError::SimulatedCrash { .. })) => {
+                self.trace.line("step publish -> killed");
+                self.restart().await?;
+                return Ok(false);
+            }
+            // Its text names store-minted ids, which stay out of the trace.
+            Some(Err(error)) => {
+                tracing::debug!(%error, "publisher pass failed");
+                ("error".to_owned(), false)
+            }
+        };
+        self.trace.line(format!("step publish -> {line}"));
+        Ok(busy)
     }
 
     /// One recovery pass over everything due, in the order rows were created.

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_adapter_runtime::AdapterRuntime;
+use sluice_delivery::{EndpointPolicy, NewWebhookEndpoint, Publisher};
 use sluice_orchestrator::{ConnectorRecovery, InboxConfig, Orchestrator, OrchestratorConfig};
 use sluice_sandbox_psp::{
     CapturedWebhook, Format, RefundBehaviour, SandboxClock, SandboxConfig, SandboxHandle,
@@ -19,6 +20,7 @@ use sluice_store::{
     Clock, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError, StoreOptions,
 };
 
+use crate::merchants::SimMerchants;
 use crate::net::{Crash, NetMode, SimNet};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -82,6 +84,7 @@ pub struct Incarnation {
     pub store: Store,
     pub orch: Orchestrator,
     pub scanner: Scanner,
+    pub publisher: Publisher,
     pub crash: Crash,
 }
 
@@ -112,6 +115,9 @@ pub struct World {
     pub bodies: BTreeMap<String, usize>,
     /// The last details read of each payment, with the version they had.
     pub details_cache: BTreeMap<String, (i64, sluice_store::PaymentDetails)>,
+    /// The honest merchants' webhook endpoints (what they received survives
+    /// our crashes).
+    pub merchants: SimMerchants,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -141,6 +147,7 @@ impl World {
             crashes: false,
         }));
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
+        let merchants = SimMerchants::new(rng.clone(), mode.clone(), trace.clone());
         let gw = incarnation(
             &db_url,
             &runtime,
@@ -149,6 +156,7 @@ impl World {
             &rng,
             &trace,
             &mode,
+            &merchants,
             entropy_seed,
         )
         .await?;
@@ -168,6 +176,7 @@ impl World {
             observed: crate::check::Observed::default(),
             bodies: BTreeMap::new(),
             details_cache: BTreeMap::new(),
+            merchants,
             db_url,
             runtime,
             entropy_seed,
@@ -192,6 +201,7 @@ impl World {
             &self.rng,
             &self.trace,
             &self.mode,
+            &self.merchants,
             self.entropy_seed,
         )
         .await?;
@@ -213,6 +223,9 @@ impl World {
     async fn add_tenants(&mut self) -> Result<(), SimError> {
         for (index, name) in ["A", "B", "M"].into_iter().enumerate() {
             let merchant = self.gw.store.create_merchant(name).await?;
+            if index < HONEST {
+                self.add_endpoint(&merchant.id, name).await?;
+            }
             let mut accounts = Vec::new();
             for psp in [Psp::Stripe, Psp::Adyen] {
                 let account = self.add_account(&merchant.id, name, index, psp).await?;
@@ -224,6 +237,28 @@ impl World {
                 accounts,
             });
         }
+        Ok(())
+    }
+
+    /// The merchant's webhook endpoint for every event type.
+    async fn add_endpoint(&self, merchant_id: &str, name: &str) -> Result<(), SimError> {
+        let endpoint = NewWebhookEndpoint {
+            url: format!(
+                "https://merchant-{}.example/sluice/events",
+                name.to_lowercase()
+            ),
+            description: String::new(),
+            event_types: vec!["*".to_owned()],
+            enabled: true,
+        };
+        sluice_delivery::create_endpoint(
+            &self.gw.store,
+            merchant_id,
+            &endpoint,
+            EndpointPolicy::default(),
+        )
+        .await
+        .map_err(|e| SimError::Setup(format!("webhook endpoint of {name}: {e}")))?;
         Ok(())
     }
 
@@ -352,6 +387,7 @@ async fn incarnation(
     rng: &SimRng,
     trace: &Trace,
     mode: &Arc<Mutex<NetMode>>,
+    merchants: &SimMerchants,
     entropy_seed: u64,
 ) -> Result<Incarnation, SimError> {
     let crash = Crash::new();
@@ -389,10 +425,14 @@ async fn incarnation(
     );
     let scanner = Scanner::new(orch.clone(), ScannerConfig::default())
         .map_err(|e| SimError::Setup(e.to_string()))?;
+    let publisher = merchants
+        .publisher(store.clone(), crash.clone())
+        .map_err(|e| SimError::Setup(e.to_string()))?;
     Ok(Incarnation {
         store,
         orch,
         scanner,
+        publisher,
         crash,
     })
 }
