@@ -14,6 +14,8 @@
 //! with its trace.
 
 pub mod check;
+pub mod fulfillment;
+pub mod fulfillment_check;
 pub mod net;
 pub mod ops;
 pub mod rng;
@@ -262,8 +264,10 @@ impl World {
         Ok(())
     }
 
-    /// Pending rows (anything with a next look) of payments no operator has
-    /// been asked about and inbox events not yet applied, the earliest of
+    /// Pending rows (anything with a next look, and fulfillment checks: a
+    /// deadline is a timer too, and nothing else wakes a push payment whose
+    /// merchant never confirms) of payments no operator has been asked
+    /// about and inbox events not yet applied, the earliest of
     /// their due times, and when the first scanner lease held at `now` runs
     /// out: one statement, as every convergence round asks.
     async fn open_outside_review(&self, now: i64) -> Result<OpenOutsideReview, SimError> {
@@ -299,6 +303,9 @@ WITH open_rows AS (
     SELECT t.next_retry_time FROM refunds t
         JOIN payment_orders o ON o.id = t.payment_id
         WHERE t.next_retry_time IS NOT NULL AND o.manual_review = 0
+    UNION ALL
+    SELECT fulfillment_next_check_at FROM payment_orders
+        WHERE fulfillment_next_check_at IS NOT NULL AND manual_review = 0
     UNION ALL
     SELECT next_attempt_at FROM webhook_inbox
         WHERE status IN ('pending', 'processing', 'failed')

@@ -68,6 +68,20 @@ pub struct SimPayment {
     /// Idempotency keys already used for captures and refunds (a client
     /// retry re-sends one of them).
     pub keys: Vec<(KeyedOp, String, i64)>,
+    /// The fulfillment block it was created with, if any.
+    pub fulfillment: Option<SimFulfillment>,
+}
+
+/// A payment's business goal, as its merchant knows it.
+#[derive(Debug, Clone)]
+pub struct SimFulfillment {
+    pub mode: sluice_core::FulfillmentMode,
+    pub biz_key: String,
+    pub deadline_ms: i64,
+    /// The gateway accepted a confirmation of this payment: the merchant,
+    /// following the safe protocol (confirm, then grant only if accepted),
+    /// granted the goal, so the money must never go back by automation.
+    pub accepted: bool,
 }
 
 /// A keyed merchant request that a client may retry.
@@ -112,6 +126,9 @@ pub struct World {
     pub bodies: BTreeMap<String, usize>,
     /// The last details read of each payment, with the version they had.
     pub details_cache: BTreeMap<String, (i64, sluice_store::PaymentDetails)>,
+    /// Payments a check ever saw `fulfilled` (a confirmation whose answer a
+    /// kill lost is fulfilled all the same).
+    pub seen_fulfilled: std::collections::BTreeSet<String>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -168,6 +185,7 @@ impl World {
             observed: crate::check::Observed::default(),
             bodies: BTreeMap::new(),
             details_cache: BTreeMap::new(),
+            seen_fulfilled: std::collections::BTreeSet::new(),
             db_url,
             runtime,
             entropy_seed,
