@@ -7,7 +7,7 @@ use sluice_core::FulfillmentState;
 use sluice_sandbox_psp::{PayStatus, RefundStatus};
 use sluice_store::PaymentDetails;
 
-use crate::fulfillment_check::{compensation_refunds, fulfillment_summary};
+use crate::fulfillment_check::{compensation_refunds, fulfillment_outcomes, fulfillment_summary};
 
 use crate::world::{KeyedOp, SimPayment, World};
 use crate::SimError;
@@ -111,6 +111,7 @@ impl World {
         found.extend(self.psp_violations());
         found.extend(self.beyond_requests(&all));
         found.extend(self.fulfillment_violations(&all, false));
+        found.extend(self.business_refusals());
         found.extend(self.inbox_duplicates().await?);
         for what in found {
             self.violation(what);
@@ -216,7 +217,7 @@ impl World {
                 .sum();
             // A payment with a business goal the merchant never granted also
             // agreed to its one compensation refund at the deadline.
-            let compensation: i64 = match self.granted(payment) {
+            let compensation: i64 = match self.granted(payment, d).is_some() {
                 true => 0,
                 false => compensation_refunds(d)
                     .iter()
@@ -303,7 +304,9 @@ impl World {
             all.push((payment, d));
         }
         found.extend(self.fulfillment_violations(&all, true));
-        self.trace.line(fulfillment_summary(&all));
+        self.fulfillment_outcomes = fulfillment_outcomes(&all);
+        self.trace
+            .line(fulfillment_summary(&self.fulfillment_outcomes));
         found.extend(self.inbox_left_open().await?);
         for what in found {
             self.violation(what);

@@ -1,7 +1,7 @@
 //! The fulfillment workload (issue 7, seed 001): payments created with a
-//! business goal and a deadline, the merchant confirming the goal (push),
-//! and the recovery scanner's fulfillment checks, which decide at the
-//! deadline. What the merchant was told is remembered for the invariants:
+//! business goal and a deadline, the merchant confirming the goal (push) or
+//! the gateway calling and reading its business (pull, `business.rs`), and
+//! the recovery scanner's fulfillment checks, which decide at the deadline. What the merchant was told is remembered for the invariants:
 //! a confirmation the gateway accepted is a goal the merchant granted.
 
 use sluice_core::{FulfillmentMode, FulfillmentRefusal, FulfillmentState};
@@ -23,11 +23,17 @@ impl World {
         if !self.rng.chance(WITH_FULFILLMENT_PER_MILLE) {
             return None;
         }
+        let mode = match self.rng.chance(500) {
+            true => FulfillmentMode::Pull,
+            false => FulfillmentMode::Push,
+        };
+        // One business goal is learned one way: siblings share the mode.
         let earlier: Vec<&SimFulfillment> = self
             .payments
             .iter()
             .filter(|p| p.tenant == tenant)
             .filter_map(|p| p.fulfillment.as_ref())
+            .filter(|f| f.mode == mode)
             .collect();
         let biz_key = match self.rng.chance(150) {
             true => self.rng.pick(&earlier).map(|f| f.biz_key.clone()),
@@ -40,27 +46,31 @@ impl World {
             _ => self.rng.between(6 * 3_600_000, 2 * 86_400_000),
         };
         Some(SimFulfillment {
-            mode: FulfillmentMode::Push,
+            mode,
             biz_key,
             deadline_ms: self.now_ms() + ahead,
             accepted: false,
         })
     }
 
-    /// The merchant confirms a payment's goal reached, attributed to the
+    /// The merchant of a push-mode payment confirms its goal reached, attributed to the
     /// attempt that took the money (or, now and then, to a sibling payment
     /// of the same business key), sometimes right around the deadline and
     /// sometimes twice.
     pub async fn confirm_fulfillment(&mut self) -> Result<(), SimError> {
-        let with_goal: Vec<SimPayment> = self
+        let pushed: Vec<SimPayment> = self
             .payments
             .iter()
-            .filter(|p| p.fulfillment.is_some())
+            .filter(|p| {
+                p.fulfillment
+                    .as_ref()
+                    .is_some_and(|f| f.mode == FulfillmentMode::Push)
+            })
             .cloned()
             .collect();
         // Mostly a payment that took the money (as the last check read it):
         // a merchant confirms once it sold something; now and then early.
-        let succeeded: Vec<SimPayment> = with_goal
+        let succeeded: Vec<SimPayment> = pushed
             .iter()
             .filter(|p| {
                 self.details_cache
@@ -70,7 +80,7 @@ impl World {
             .cloned()
             .collect();
         let candidates = match succeeded.is_empty() || self.rng.chance(150) {
-            true => with_goal,
+            true => pushed,
             false => succeeded,
         };
         let Some(payment) = self.rng.pick(&candidates).cloned() else {

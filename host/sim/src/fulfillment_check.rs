@@ -2,7 +2,8 @@
 //! every step and once the world converged:
 //!
 //! - a payment whose goal was granted (the gateway accepted the merchant's
-//!   confirmation, or a check saw it `fulfilled`) is never refunded by
+//!   push confirmation, its business credited one of its attempts in pull
+//!   mode, or a check saw it `fulfilled`) is never refunded by
 //!   automation: no compensation refund on it, here or at the PSP, and what
 //!   we refunded or reserved only comes from refunds the merchant asked for;
 //! - a compensated payment was refunded exactly once: one compensation
@@ -10,7 +11,9 @@
 //!   at the PSP under it (exactly one, succeeded, once compensated and
 //!   converged);
 //! - after convergence no fulfillment outside manual review is left waiting
-//!   (`awaiting_fulfillment`, `compensating`): the deadline was acted on.
+//!   (`awaiting_fulfillment`, `compensating`): the deadline was acted on;
+//! - every pull call a business received was signed with the endpoint's
+//!   secret and keyed by its attempt reference.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,11 +45,28 @@ pub fn compensation_refunds(d: &PaymentDetails) -> Vec<&Refund> {
 }
 
 impl World {
-    /// The merchant granted this payment's goal, or a check saw it
-    /// fulfilled: its money must never go back by automation.
-    pub fn granted(&self, payment: &SimPayment) -> bool {
-        payment.fulfillment.as_ref().is_some_and(|f| f.accepted)
-            || self.seen_fulfilled.contains(&payment.name)
+    /// Why this payment's goal counts as reached, if it does: the merchant's
+    /// confirmation was accepted, its business credited one of its attempts,
+    /// or a check saw it fulfilled. Its money must never go back by
+    /// automation then.
+    pub fn granted(&self, payment: &SimPayment, d: &PaymentDetails) -> Option<&'static str> {
+        let f = payment.fulfillment.as_ref()?;
+        if f.accepted {
+            return Some("the merchant's confirmation was accepted");
+        }
+        let ledger = self
+            .business
+            .ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let credited = ledger.granted.get(&f.biz_key);
+        if d.attempts.iter().any(|a| Some(&a.reference) == credited) {
+            return Some("its business granted the goal to it");
+        }
+        drop(ledger);
+        self.seen_fulfilled
+            .contains(&payment.name)
+            .then_some("a check saw it fulfilled")
     }
 
     pub fn fulfillment_violations(
@@ -57,8 +77,8 @@ impl World {
         let psp_refunds = self.psp_refunds_by_reference();
         let mut found = Vec::new();
         for (payment, d) in all {
-            if self.granted(payment) {
-                found.extend(self.refunded_while_granted(payment, d, &psp_refunds));
+            if let Some(why) = self.granted(payment, d) {
+                found.extend(refunded_while_granted(payment, d, &psp_refunds, why));
             }
             found.extend(compensated_more_than_once(
                 &payment.name,
@@ -71,6 +91,17 @@ impl World {
             }
         }
         found
+    }
+
+    /// Pull calls a business refused as breaking the contract (unsigned,
+    /// or not keyed by the attempt reference), each reported once.
+    pub fn business_refusals(&self) -> Vec<String> {
+        let mut ledger = self
+            .business
+            .ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut ledger.refused)
     }
 
     /// The PSP's refunds by the reference we sent (status, amount).
@@ -86,65 +117,61 @@ impl World {
         }
         by_reference
     }
+}
 
-    /// A granted payment: no compensation refund, and only the merchant's
-    /// own refunds (one reference per Idempotency-Key) within what it asked.
-    fn refunded_while_granted(
-        &self,
-        payment: &SimPayment,
-        d: &PaymentDetails,
-        psp_refunds: &BTreeMap<String, Vec<(RefundStatus, i64)>>,
-    ) -> Vec<String> {
-        let name = &payment.name;
-        let why = match payment.fulfillment.as_ref().is_some_and(|f| f.accepted) {
-            true => "the merchant's confirmation was accepted",
-            false => "a check saw it fulfilled",
-        };
-        let mut found = Vec::new();
-        for r in compensation_refunds(d) {
-            found.push(format!(
+/// A granted payment: no compensation refund, and only the merchant's own
+/// refunds (one reference per Idempotency-Key) within what it asked.
+fn refunded_while_granted(
+    payment: &SimPayment,
+    d: &PaymentDetails,
+    psp_refunds: &BTreeMap<String, Vec<(RefundStatus, i64)>>,
+    why: &str,
+) -> Vec<String> {
+    let name = &payment.name;
+    let mut found = Vec::new();
+    for r in compensation_refunds(d) {
+        found.push(format!(
                 "{name}: fulfilled ({why}) yet automation refunded it: a compensation refund {} of {} ({})",
                 r.state.as_str(),
                 r.amount.amount_minor,
                 r.reason.as_deref().unwrap_or("no reason")
             ));
-        }
-        for a in &d.attempts {
-            let reference = compensation_refund_reference(&a.reference);
-            if let Some(at_psp) = psp_refunds.get(&reference) {
-                found.push(format!(
+    }
+    for a in &d.attempts {
+        let reference = compensation_refund_reference(&a.reference);
+        if let Some(at_psp) = psp_refunds.get(&reference) {
+            found.push(format!(
                     "{name}: fulfilled ({why}) yet the PSP holds {} refund(s) under its compensation reference",
                     at_psp.len()
                 ));
-            }
         }
-        let mut asked: BTreeMap<String, i64> = BTreeMap::new();
-        for (op, key, amount) in &payment.keys {
-            if *op == KeyedOp::Refund {
-                let reference = sluice_store::keyed_refund_reference(&payment.payment_id, key);
-                asked.insert(reference, *amount);
-            }
+    }
+    let mut asked: BTreeMap<String, i64> = BTreeMap::new();
+    for (op, key, amount) in &payment.keys {
+        if *op == KeyedOp::Refund {
+            let reference = sluice_store::keyed_refund_reference(&payment.payment_id, key);
+            asked.insert(reference, *amount);
         }
-        let unasked = d
-            .refunds
-            .iter()
-            .filter(|r| !asked.contains_key(&r.reference))
-            .count();
-        if unasked > 0 {
-            found.push(format!(
-                "{name}: fulfilled ({why}) yet it has {unasked} refund(s) the merchant never asked for"
-            ));
-        }
-        let a = &d.amounts;
-        let total: i64 = asked.values().sum();
-        if a.refunded_minor + a.refund_reserved_minor > total {
-            found.push(format!(
+    }
+    let unasked = d
+        .refunds
+        .iter()
+        .filter(|r| !asked.contains_key(&r.reference))
+        .count();
+    if unasked > 0 {
+        found.push(format!(
+            "{name}: fulfilled ({why}) yet it has {unasked} refund(s) the merchant never asked for"
+        ));
+    }
+    let a = &d.amounts;
+    let total: i64 = asked.values().sum();
+    if a.refunded_minor + a.refund_reserved_minor > total {
+        found.push(format!(
                 "{name}: fulfilled ({why}) yet refunded {} + reserved {} > the {total} the merchant asked for",
                 a.refunded_minor, a.refund_reserved_minor
             ));
-        }
-        found
     }
+    found
 }
 
 /// One compensation refund at most, under the recorded reference, and at
@@ -214,17 +241,22 @@ fn left_waiting(name: &str, d: &PaymentDetails) -> Vec<String> {
     }
 }
 
-/// One trace line: how the payments with a business goal ended.
-pub fn fulfillment_summary(all: &[(SimPayment, PaymentDetails)]) -> String {
-    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+/// How many payments with a business goal ended in each fulfillment state.
+pub fn fulfillment_outcomes(all: &[(SimPayment, PaymentDetails)]) -> BTreeMap<String, usize> {
+    let mut by_state: BTreeMap<String, usize> = BTreeMap::new();
     for (payment, d) in all {
         if payment.fulfillment.is_some() {
             let state = d.order.fulfillment.state.as_deref().unwrap_or("none");
-            *by_state.entry(state).or_default() += 1;
+            *by_state.entry(state.to_owned()).or_default() += 1;
         }
     }
-    let parts: Vec<String> = by_state
-        .into_iter()
+    by_state
+}
+
+/// One trace line: how the payments with a business goal ended.
+pub fn fulfillment_summary(outcomes: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = outcomes
+        .iter()
         .map(|(state, n)| format!("{n} {state}"))
         .collect();
     match parts.is_empty() {

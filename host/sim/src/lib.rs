@@ -13,6 +13,7 @@
 //! `cargo xtask sim` runs many seeds, `cargo xtask sim --seed S` replays one
 //! with its trace.
 
+pub mod business;
 pub mod check;
 pub mod fulfillment;
 pub mod fulfillment_check;
@@ -85,6 +86,9 @@ pub struct SeedReport {
     pub payments: usize,
     pub crashes: u32,
     pub violations: Vec<String>,
+    /// How many payments with a business goal ended in each fulfillment
+    /// state (empty when the seed failed before convergence).
+    pub fulfillment: std::collections::BTreeMap<String, usize>,
     /// The last lines of the trace (for a failing seed).
     pub tail: Vec<String>,
 }
@@ -208,6 +212,7 @@ impl Simulator {
             payments: world.payments.len(),
             crashes: world.crashes,
             violations: world.violations.clone(),
+            fulfillment: world.fulfillment_outcomes.clone(),
             tail: world.trace.tail(),
         })
     }

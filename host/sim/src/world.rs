@@ -16,9 +16,11 @@ use sluice_sandbox_psp::{
 };
 use sluice_scanner::{Scanner, ScannerConfig};
 use sluice_store::{
-    Clock, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError, StoreOptions,
+    Clock, FulfillmentEndpoint, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError,
+    StoreOptions,
 };
 
+use crate::business::SimBusiness;
 use crate::net::{Crash, NetMode, SimNet};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -129,6 +131,10 @@ pub struct World {
     /// Payments a check ever saw `fulfilled` (a confirmation whose answer a
     /// kill lost is fulfilled all the same).
     pub seen_fulfilled: std::collections::BTreeSet<String>,
+    /// The merchants' businesses behind pull-mode fulfillment.
+    pub business: SimBusiness,
+    /// How the payments with a business goal ended (at convergence).
+    pub fulfillment_outcomes: BTreeMap<String, usize>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -158,6 +164,13 @@ impl World {
             crashes: false,
         }));
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
+        let business = SimBusiness {
+            ledger: Arc::default(),
+            rng: rng.clone(),
+            clock: clock.clone(),
+            trace: trace.clone(),
+            mode: mode.clone(),
+        };
         let gw = incarnation(
             &db_url,
             &runtime,
@@ -167,6 +180,7 @@ impl World {
             &trace,
             &mode,
             entropy_seed,
+            &business,
         )
         .await?;
         let mut world = World {
@@ -186,6 +200,8 @@ impl World {
             bodies: BTreeMap::new(),
             details_cache: BTreeMap::new(),
             seen_fulfilled: std::collections::BTreeSet::new(),
+            business,
+            fulfillment_outcomes: BTreeMap::new(),
             db_url,
             runtime,
             entropy_seed,
@@ -211,6 +227,7 @@ impl World {
             &self.trace,
             &self.mode,
             self.entropy_seed,
+            &self.business,
         )
         .await?;
         Ok(())
@@ -236,6 +253,16 @@ impl World {
                 let account = self.add_account(&merchant.id, name, index, psp).await?;
                 accounts.push(account);
             }
+            // Every merchant's business answers pull-mode calls.
+            self.gw
+                .store
+                .set_fulfillment_endpoint(&FulfillmentEndpoint {
+                    merchant_id: merchant.id.clone(),
+                    url: format!("https://business-{name}.sim/fulfillment"),
+                    secret: crate::business::SECRET.to_owned(),
+                    timeout_ms: 5_000,
+                })
+                .await?;
             self.tenants.push(Tenant {
                 name,
                 merchant_id: merchant.id,
@@ -371,6 +398,7 @@ async fn incarnation(
     trace: &Trace,
     mode: &Arc<Mutex<NetMode>>,
     entropy_seed: u64,
+    business: &SimBusiness,
 ) -> Result<Incarnation, SimError> {
     let crash = Crash::new();
     let store = Store::connect_with(
@@ -403,7 +431,7 @@ async fn incarnation(
         runtime.clone(),
         Arc::new(net),
         Arc::new(clock.clone()),
-        orchestrator_config(),
+        orchestrator_config(business),
     );
     let scanner = Scanner::new(orch.clone(), ScannerConfig::default())
         .map_err(|e| SimError::Setup(e.to_string()))?;
@@ -415,7 +443,7 @@ async fn incarnation(
     })
 }
 
-fn orchestrator_config() -> OrchestratorConfig {
+fn orchestrator_config(business: &SimBusiness) -> OrchestratorConfig {
     let mut adapter_recovery = BTreeMap::new();
     // Stripe keeps idempotency keys for 24 h; re-send inside 23 h.
     adapter_recovery.insert(
@@ -435,6 +463,7 @@ fn orchestrator_config() -> OrchestratorConfig {
             ..InboxConfig::default()
         },
         adapter_recovery,
+        fulfillment_transport: Arc::new(business.clone()),
         ..OrchestratorConfig::default()
     }
 }
