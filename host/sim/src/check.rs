@@ -8,7 +8,6 @@ use sluice_sandbox_psp::{PayStatus, RefundStatus};
 use sluice_store::PaymentDetails;
 
 use crate::fulfillment_check::{compensation_refunds, fulfillment_outcomes, fulfillment_summary};
-
 use crate::world::{KeyedOp, SimPayment, World};
 use crate::SimError;
 
@@ -73,7 +72,7 @@ SELECT payment_id, 'amounts',
 
 /// What was last seen of each aggregate, to check terminal states stay.
 #[derive(Debug, Default)]
-pub struct Observed(pub(crate) BTreeMap<String, (String, bool)>);
+pub struct Observed(BTreeMap<String, (String, bool)>);
 
 impl World {
     pub fn violation(&mut self, what: String) {

@@ -1,8 +1,9 @@
-//! The fulfillment workload (issue 7, seed 001): payments created with a
+//! The fulfillment workload (issue 7, seed 000 §7): payments created with a
 //! business goal and a deadline, the merchant confirming the goal (push) or
 //! the gateway calling and reading its business (pull, `business.rs`), and
-//! the recovery scanner's fulfillment checks, which decide at the deadline. What the merchant was told is remembered for the invariants:
-//! a confirmation the gateway accepted is a goal the merchant granted.
+//! the recovery scanner's fulfillment checks, which decide at the deadline.
+//! What the merchant was told is remembered for the invariants: a
+//! confirmation the gateway accepted is a goal the merchant granted.
 
 use sluice_core::{FulfillmentMode, FulfillmentRefusal, FulfillmentState};
 use sluice_orchestrator::OrchestratorError;

@@ -1,4 +1,5 @@
-//! The fulfillment invariants (seed 001 §12, seed 000 §7), checked after
+//! The fulfillment invariants (seed 000 §7, and its property
+//! `status == BIZ_SUCCESS => refund_count == 0`), checked after
 //! every step and once the world converged:
 //!
 //! - a payment whose goal was granted (the gateway accepted the merchant's
@@ -131,19 +132,19 @@ fn refunded_while_granted(
     let mut found = Vec::new();
     for r in compensation_refunds(d) {
         found.push(format!(
-                "{name}: fulfilled ({why}) yet automation refunded it: a compensation refund {} of {} ({})",
-                r.state.as_str(),
-                r.amount.amount_minor,
-                r.reason.as_deref().unwrap_or("no reason")
-            ));
+            "{name}: fulfilled ({why}) yet automation refunded it: a compensation refund {} of {} ({})",
+            r.state.as_str(),
+            r.amount.amount_minor,
+            r.reason.as_deref().unwrap_or("no reason")
+        ));
     }
     for a in &d.attempts {
         let reference = compensation_refund_reference(&a.reference);
         if let Some(at_psp) = psp_refunds.get(&reference) {
             found.push(format!(
-                    "{name}: fulfilled ({why}) yet the PSP holds {} refund(s) under its compensation reference",
-                    at_psp.len()
-                ));
+                "{name}: fulfilled ({why}) yet the PSP holds {} refund(s) under its compensation reference",
+                at_psp.len()
+            ));
         }
     }
     let mut asked: BTreeMap<String, i64> = BTreeMap::new();
@@ -167,9 +168,9 @@ fn refunded_while_granted(
     let total: i64 = asked.values().sum();
     if a.refunded_minor + a.refund_reserved_minor > total {
         found.push(format!(
-                "{name}: fulfilled ({why}) yet refunded {} + reserved {} > the {total} the merchant asked for",
-                a.refunded_minor, a.refund_reserved_minor
-            ));
+            "{name}: fulfilled ({why}) yet refunded {} + reserved {} > the {total} the merchant asked for",
+            a.refunded_minor, a.refund_reserved_minor
+        ));
     }
     found
 }
