@@ -1,7 +1,10 @@
 //! How the orchestrator is tuned. Every duration is a budget, never "wait forever".
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::fulfillment::{FulfillmentTransport, HttpFulfillmentTransport};
 
 /// Orchestrator settings.
 #[derive(Debug, Clone)]
@@ -31,6 +34,9 @@ pub struct OrchestratorConfig {
     /// queries may use (a connector account may set its own, see
     /// [`crate::CallLimits::for_account`]).
     pub call_limits: crate::CallLimits,
+    /// How pull-mode fulfillment calls reach a merchant's business: HTTP
+    /// by default; a simulation puts its simulated business here.
+    pub fulfillment_transport: Arc<dyn FulfillmentTransport>,
 }
 
 /// What recovery may rely on for one connector: data about the PSP's
@@ -90,6 +96,7 @@ impl Default for OrchestratorConfig {
             adapter_recovery: BTreeMap::new(),
             breaker: sluice_core::BreakerPolicy::default(),
             call_limits: crate::CallLimits::default(),
+            fulfillment_transport: Arc::new(HttpFulfillmentTransport::default()),
         }
     }
 }

@@ -214,7 +214,8 @@ impl Orchestrator {
     }
 
     /// One signed call to the merchant's fulfillment endpoint, within its
-    /// own budget. Any failure is `NoAnswer`.
+    /// own budget, through the configured [`FulfillmentTransport`]. Any
+    /// failure is `NoAnswer`.
     async fn pull_call(
         &self,
         endpoint: &FulfillmentEndpoint,
@@ -226,31 +227,96 @@ impl Orchestrator {
         let budget = Duration::from_millis(u64::try_from(budget_ms).unwrap_or(1));
         let raw = serde_json::to_vec(body).map_err(|_| NoAnswer::Error)?;
         let timestamp = self.now_ms().div_euclid(1000);
-        let signature = sign(&endpoint.secret, timestamp, &raw);
-        let request = self
-            .inner
-            .pull_client
-            .post(&endpoint.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(SIGNATURE_HEADER, signature)
-            .header(IDEMPOTENCY_HEADER, attempt_reference)
-            .timeout(budget)
-            .body(raw);
-        let call = async {
-            let response = request.send().await.map_err(classify)?;
-            if !response.status().is_success() {
-                return Err(NoAnswer::Error);
-            }
-            let bytes = response.bytes().await.map_err(classify)?;
-            if bytes.len() > 64 * 1024 {
-                return Err(NoAnswer::Error);
-            }
-            serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|_| NoAnswer::Error)
+        let request = FulfillmentRequest {
+            url: endpoint.url.clone(),
+            signature: sign(&endpoint.secret, timestamp, &raw),
+            idempotency_key: attempt_reference.to_owned(),
+            body: raw,
         };
-        match tokio::time::timeout(budget, call).await {
-            Ok(result) => result,
-            Err(_) => Err(NoAnswer::Timeout),
+        let transport = &self.inner.config.fulfillment_transport;
+        let response = match tokio::time::timeout(budget, transport.post(&request, budget)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(NoAnswer::Timeout),
+        };
+        if !(200..300).contains(&response.status) || response.body.len() > MAX_ANSWER_BYTES {
+            return Err(NoAnswer::Error);
         }
+        serde_json::from_slice::<serde_json::Value>(&response.body).map_err(|_| NoAnswer::Error)
+    }
+}
+
+/// The largest business answer read.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// One signed pull-mode call, ready to send: the transport adds no meaning,
+/// it only moves these bytes with these headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FulfillmentRequest {
+    pub url: String,
+    /// The `Sluice-Signature` header, over the timestamp and `body`.
+    pub signature: String,
+    /// The `Idempotency-Key` header: the attempt reference.
+    pub idempotency_key: String,
+    /// JSON (`Content-Type: application/json`).
+    pub body: Vec<u8>,
+}
+
+/// What the business answered: its HTTP status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FulfillmentResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Performs pull-mode calls to a merchant's business (the seam a
+/// simulation replaces; production posts over HTTP). No answer within
+/// `budget` is `NoAnswer::Timeout`, any other failure `NoAnswer::Error`;
+/// the caller also bounds the whole call by `budget`.
+#[async_trait::async_trait]
+pub trait FulfillmentTransport: Send + Sync + std::fmt::Debug {
+    async fn post(
+        &self,
+        request: &FulfillmentRequest,
+        budget: Duration,
+    ) -> Result<FulfillmentResponse, NoAnswer>;
+}
+
+/// The production transport: a signed HTTPS POST with reqwest.
+#[derive(Debug, Clone, Default)]
+pub struct HttpFulfillmentTransport {
+    client: reqwest::Client,
+}
+
+#[async_trait::async_trait]
+impl FulfillmentTransport for HttpFulfillmentTransport {
+    async fn post(
+        &self,
+        request: &FulfillmentRequest,
+        budget: Duration,
+    ) -> Result<FulfillmentResponse, NoAnswer> {
+        let response = self
+            .client
+            .post(&request.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(SIGNATURE_HEADER, &request.signature)
+            .header(IDEMPOTENCY_HEADER, &request.idempotency_key)
+            .timeout(budget)
+            .body(request.body.clone())
+            .send()
+            .await
+            .map_err(classify)?;
+        let status = response.status().as_u16();
+        if !response.status().is_success() {
+            return Ok(FulfillmentResponse {
+                status,
+                body: Vec::new(),
+            });
+        }
+        let body = response.bytes().await.map_err(classify)?;
+        Ok(FulfillmentResponse {
+            status,
+            body: body.to_vec(),
+        })
     }
 }
 

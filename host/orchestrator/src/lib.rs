@@ -61,7 +61,10 @@ pub use config::{ConnectorRecovery, InboxConfig, OrchestratorConfig};
 pub use create::{CreatePayment, RouteRefusal};
 pub use error::OrchestratorError;
 pub use explain::Explained;
-pub use fulfillment::FulfillmentStep;
+pub use fulfillment::{
+    FulfillmentRequest, FulfillmentResponse, FulfillmentStep, FulfillmentTransport,
+    HttpFulfillmentTransport,
+};
 pub use inbox::{InboxRound, Replayed};
 pub use metrics::register_metrics;
 pub use orchestrator::{DecisionTally, Orchestrator, Target, Trigger};

@@ -103,9 +103,6 @@ pub(crate) struct Inner {
     pub transport: Arc<dyn PspTransport>,
     pub clock: Arc<dyn Clock>,
     pub config: OrchestratorConfig,
-    /// The HTTP client of pull-mode fulfillment calls (each call sets its
-    /// own timeout).
-    pub pull_client: reqwest::Client,
     pub breakers: crate::breakers::Breakers,
     pub call_slots: crate::call_slots::CallSlots,
     pub canary_watch: crate::releases::CanaryWatch,
@@ -140,7 +137,6 @@ impl Orchestrator {
                 canary_watch: crate::releases::CanaryWatch::default(),
                 shadows: Arc::default(),
                 config,
-                pull_client: reqwest::Client::new(),
             }),
         }
     }

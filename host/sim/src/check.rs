@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use sluice_core::FulfillmentState;
 use sluice_sandbox_psp::{PayStatus, RefundStatus};
 use sluice_store::PaymentDetails;
 
+use crate::fulfillment_check::{compensation_refunds, fulfillment_outcomes, fulfillment_summary};
 use crate::world::{KeyedOp, SimPayment, World};
 use crate::SimError;
 
@@ -94,6 +96,9 @@ impl World {
         let versions = self.versions().await?;
         for payment in self.payments.clone() {
             let d = self.details(&payment.payment_id, &versions).await?;
+            if d.order.fulfillment.state.as_deref() == Some(FulfillmentState::Fulfilled.as_str()) {
+                self.seen_fulfilled.insert(payment.name.clone());
+            }
             found.extend(amount_violations(&payment.name, &d));
             found.extend(self.terminal_violations(&payment.name, &d));
             let open = d.attempts.iter().filter(|a| !a.state.is_terminal()).count();
@@ -104,6 +109,8 @@ impl World {
         }
         found.extend(self.psp_violations());
         found.extend(self.beyond_requests(&all));
+        found.extend(self.fulfillment_violations(&all, false));
+        found.extend(self.business_refusals());
         found.extend(self.inbox_duplicates().await?);
         for what in found {
             self.violation(what);
@@ -153,6 +160,10 @@ impl World {
             d.order.state.as_str(),
             d.order.state.is_terminal(),
         );
+        if let Some(state) = d.order.fulfillment.state.as_deref() {
+            let terminal = FulfillmentState::parse(state).is_some_and(|s| s.is_terminal());
+            seen(format!("{name} fulfillment"), state, terminal);
+        }
         for a in &d.attempts {
             seen(
                 format!("{name} attempt {}", a.attempt_no),
@@ -203,9 +214,18 @@ impl World {
                 .iter()
                 .map(|p| p.amount_refunded + p.amount_refund_pending)
                 .sum();
-            if refunded > asked(KeyedOp::Refund) {
+            // A payment with a business goal the merchant never granted also
+            // agreed to its one compensation refund at the deadline.
+            let compensation: i64 = match self.granted(payment, d).is_some() {
+                true => 0,
+                false => compensation_refunds(d)
+                    .iter()
+                    .map(|r| r.amount.amount_minor)
+                    .sum(),
+            };
+            if refunded > asked(KeyedOp::Refund) + compensation {
                 found.push(format!(
-                    "{}: the PSP refunded {refunded}, the merchant asked for {} in its distinct refund requests",
+                    "{}: the PSP refunded {refunded}, the merchant asked for {} in its distinct refund requests (and compensation allows {compensation})",
                     payment.name,
                     asked(KeyedOp::Refund)
                 ));
@@ -267,18 +287,25 @@ impl World {
         let mut found = Vec::new();
         let psp = self.psp_by_reference();
         let psp_refunds = self.sandbox.refunds();
+        let mut all = Vec::with_capacity(self.payments.len());
         for payment in self.payments.clone() {
             let d = self
                 .gw
                 .store
                 .payment_details(None, &payment.payment_id)
                 .await?;
-            if d.order.manual_review {
-                continue;
+            // A payment with an operator is not expected to be closed; what
+            // must never happen to it is still checked below.
+            if !d.order.manual_review {
+                found.extend(open_aggregates(&payment.name, &d, &psp));
+                found.extend(ledger_disagreements(&payment.name, &d, &psp, &psp_refunds));
             }
-            found.extend(open_aggregates(&payment.name, &d, &psp));
-            found.extend(ledger_disagreements(&payment.name, &d, &psp, &psp_refunds));
+            all.push((payment, d));
         }
+        found.extend(self.fulfillment_violations(&all, true));
+        self.fulfillment_outcomes = fulfillment_outcomes(&all);
+        self.trace
+            .line(fulfillment_summary(&self.fulfillment_outcomes));
         found.extend(self.inbox_left_open().await?);
         found.extend(self.undelivered().await?);
         for what in found {

@@ -13,8 +13,11 @@
 //! `cargo xtask sim` runs many seeds, `cargo xtask sim --seed S` replays one
 //! with its trace.
 
+pub mod business;
 pub mod check;
 pub mod merchants;
+pub mod fulfillment;
+pub mod fulfillment_check;
 pub mod net;
 pub mod ops;
 pub mod rng;
@@ -86,6 +89,9 @@ pub struct SeedReport {
     pub payments: usize,
     pub crashes: u32,
     pub violations: Vec<String>,
+    /// How many payments with a business goal ended in each fulfillment
+    /// state (empty when the seed failed before convergence).
+    pub fulfillment: std::collections::BTreeMap<String, usize>,
     /// The last lines of the trace (for a failing seed).
     pub tail: Vec<String>,
 }
@@ -209,6 +215,7 @@ impl Simulator {
             payments: world.payments.len(),
             crashes: world.crashes,
             violations: world.violations.clone(),
+            fulfillment: world.fulfillment_outcomes.clone(),
             tail: world.trace.tail(),
         })
     }
@@ -277,11 +284,13 @@ impl World {
         Ok(())
     }
 
-    /// Pending rows (anything with a next look) of payments no operator has
-    /// been asked about, inbox events not yet applied, outbox events and
-    /// deliveries not yet done, the earliest of their due times after `now`,
-    /// and when the first lease or claim held at `now` runs out: one
-    /// statement, as every convergence round asks.
+    /// Pending rows (anything with a next look, and fulfillment checks: a
+    /// deadline is a timer too, and nothing else wakes a push payment whose
+    /// merchant never confirms) of payments no operator has been asked
+    /// about, inbox events not yet applied, outbox events and deliveries not
+    /// yet done, the earliest of their due times after `now`, and when the
+    /// first lease or claim held at `now` runs out: one statement, as every
+    /// convergence round asks.
     async fn open_outside_review(&self, now: i64) -> Result<OpenOutsideReview, SimError> {
         let (count, next_due, lease_expiry): (i64, Option<i64>, Option<i64>) =
             sqlx::query_as(OPEN_OUTSIDE_REVIEW)
@@ -315,6 +324,9 @@ WITH open_rows AS (
     SELECT t.next_retry_time FROM refunds t
         JOIN payment_orders o ON o.id = t.payment_id
         WHERE t.next_retry_time IS NOT NULL AND o.manual_review = 0
+    UNION ALL
+    SELECT fulfillment_next_check_at FROM payment_orders
+        WHERE fulfillment_next_check_at IS NOT NULL AND manual_review = 0
     UNION ALL
     SELECT next_attempt_at FROM webhook_inbox
         WHERE status IN ('pending', 'processing', 'failed')

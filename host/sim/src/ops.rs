@@ -12,7 +12,7 @@ use sluice_sandbox_psp::PayStatus;
 use sluice_store::PendingKind;
 
 use crate::merchants::report_line;
-use crate::world::{KeyedOp, SimPayment, World, HONEST};
+use crate::world::{KeyedOp, SimFulfillment, SimPayment, World, HONEST};
 use crate::SimError;
 
 /// One step of the workload.
@@ -33,6 +33,7 @@ pub enum Step {
     Forge,
     Publish,
     Crash,
+    ConfirmFulfillment,
 }
 
 /// How often each step is drawn (weights).
@@ -52,6 +53,7 @@ const STEPS: &[(u64, Step)] = &[
     (3, Step::Forge),
     (6, Step::Publish),
     (1, Step::Crash),
+    (6, Step::ConfirmFulfillment),
 ];
 
 /// Payment method tokens and how often customers use them.
@@ -90,6 +92,7 @@ impl World {
                 self.trace.line("step crash between two steps");
                 self.restart().await
             }
+            Step::ConfirmFulfillment => self.confirm_fulfillment().await,
         }
     }
 
@@ -118,7 +121,15 @@ impl World {
         let token = self.rng.weighted(TOKENS).unwrap_or("pm_card_visa");
         let manual = self.rng.chance(350);
         let amount = self.rng.between(100, 5_000);
+        let fulfillment = self.draw_fulfillment(tenant, &name);
         let params = create_params(&name, amount, manual, token, &account.id)?;
+        let params = CreatePayment {
+            fulfillment: fulfillment
+                .as_ref()
+                .map(store_fulfillment)
+                .unwrap_or_default(),
+            ..params
+        };
         let merchant = self.tenants[tenant].merchant_id.clone();
         let orch = self.gw.orch.clone();
         // A client retry of the create (same order number) after a crash.
@@ -136,14 +147,23 @@ impl World {
                             tenant,
                             payment_id: payment_id.clone(),
                             keys: Vec::new(),
+                            fulfillment: fulfillment.clone(),
                         });
                     }
                     state.clone()
                 }
                 Some(Err(error)) => error_label(error),
             };
+            let goal = fulfillment.as_ref().map_or_else(String::new, |f| {
+                format!(
+                    " {} goal {} deadline in {} ms",
+                    f.mode,
+                    f.biz_key,
+                    f.deadline_ms - self.now_ms()
+                )
+            });
             self.trace.line(format!(
-                "step create {name} {} {amount} {} {token} try {round} -> {line}",
+                "step create {name} {} {amount} {} {token}{goal} try {round} -> {line}",
                 self.account_label(&account.id),
                 if manual { "manual" } else { "auto" }
             ));
@@ -406,10 +426,10 @@ impl World {
             // out of the trace, and the outcome says what happened.
             self.trace.line(format!("step scan {kind:?} -> {line}"));
             if line == "killed" {
-                break;
+                return Ok(());
             }
         }
-        Ok(())
+        self.scan_fulfillments().await
     }
 
     /// The pending rows due now, oldest first.
@@ -490,6 +510,16 @@ fn create_params(
     })
 }
 
+/// The block the merchant API would store for `f`.
+fn store_fulfillment(f: &SimFulfillment) -> sluice_store::Fulfillment {
+    sluice_store::Fulfillment {
+        biz_key: Some(f.biz_key.clone()),
+        deadline: Some(f.deadline_ms),
+        mode: Some(f.mode.as_str().to_owned()),
+        ..Default::default()
+    }
+}
+
 pub fn eur(amount: i64) -> Result<Money, SimError> {
     let currency = Currency::parse("EUR").map_err(|e| SimError::Setup(e.to_string()))?;
     Money::positive(amount, currency).map_err(|e| SimError::Setup(e.to_string()))
@@ -524,7 +554,7 @@ pub fn error_label(error: &OrchestratorError) -> String {
     format!("error {kind}")
 }
 
-fn scanner_error_label(error: &sluice_scanner::ScannerError) -> &'static str {
+pub(crate) fn scanner_error_label(error: &sluice_scanner::ScannerError) -> &'static str {
     match error {
         sluice_scanner::ScannerError::Orchestrator(e) => match e {
             OrchestratorError::Busy(_) => "busy",

@@ -17,10 +17,12 @@ use sluice_sandbox_psp::{
 };
 use sluice_scanner::{Scanner, ScannerConfig};
 use sluice_store::{
-    Clock, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError, StoreOptions,
+    Clock, FulfillmentEndpoint, ManualClock, NewConnectorAccount, SeededEntropy, Store, StoreError,
+    StoreOptions,
 };
 
 use crate::merchants::SimMerchants;
+use crate::business::SimBusiness;
 use crate::net::{Crash, NetMode, SimNet};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -70,6 +72,20 @@ pub struct SimPayment {
     /// Idempotency keys already used for captures and refunds (a client
     /// retry re-sends one of them).
     pub keys: Vec<(KeyedOp, String, i64)>,
+    /// The fulfillment block it was created with, if any.
+    pub fulfillment: Option<SimFulfillment>,
+}
+
+/// A payment's business goal, as its merchant knows it.
+#[derive(Debug, Clone)]
+pub struct SimFulfillment {
+    pub mode: sluice_core::FulfillmentMode,
+    pub biz_key: String,
+    pub deadline_ms: i64,
+    /// The gateway accepted a confirmation of this payment: the merchant,
+    /// following the safe protocol (confirm, then grant only if accepted),
+    /// granted the goal, so the money must never go back by automation.
+    pub accepted: bool,
 }
 
 /// A keyed merchant request that a client may retry.
@@ -118,6 +134,13 @@ pub struct World {
     /// The honest merchants' webhook endpoints (what they received survives
     /// our crashes).
     pub merchants: SimMerchants,
+    /// Payments a check ever saw `fulfilled` (a confirmation whose answer a
+    /// kill lost is fulfilled all the same).
+    pub seen_fulfilled: std::collections::BTreeSet<String>,
+    /// The merchants' businesses behind pull-mode fulfillment.
+    pub business: SimBusiness,
+    /// How the payments with a business goal ended (at convergence).
+    pub fulfillment_outcomes: BTreeMap<String, usize>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -148,6 +171,13 @@ impl World {
         }));
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
         let merchants = SimMerchants::new(rng.clone(), mode.clone(), trace.clone());
+        let business = SimBusiness {
+            ledger: Arc::default(),
+            rng: rng.clone(),
+            clock: clock.clone(),
+            trace: trace.clone(),
+            mode: mode.clone(),
+        };
         let gw = incarnation(
             &db_url,
             &runtime,
@@ -158,6 +188,7 @@ impl World {
             &mode,
             &merchants,
             entropy_seed,
+            &business,
         )
         .await?;
         let mut world = World {
@@ -177,6 +208,9 @@ impl World {
             bodies: BTreeMap::new(),
             details_cache: BTreeMap::new(),
             merchants,
+            seen_fulfilled: std::collections::BTreeSet::new(),
+            business,
+            fulfillment_outcomes: BTreeMap::new(),
             db_url,
             runtime,
             entropy_seed,
@@ -203,6 +237,7 @@ impl World {
             &self.mode,
             &self.merchants,
             self.entropy_seed,
+            &self.business,
         )
         .await?;
         Ok(())
@@ -231,6 +266,16 @@ impl World {
                 let account = self.add_account(&merchant.id, name, index, psp).await?;
                 accounts.push(account);
             }
+            // Every merchant's business answers pull-mode calls.
+            self.gw
+                .store
+                .set_fulfillment_endpoint(&FulfillmentEndpoint {
+                    merchant_id: merchant.id.clone(),
+                    url: format!("https://business-{name}.sim/fulfillment"),
+                    secret: crate::business::SECRET.to_owned(),
+                    timeout_ms: 5_000,
+                })
+                .await?;
             self.tenants.push(Tenant {
                 name,
                 merchant_id: merchant.id,
@@ -389,6 +434,7 @@ async fn incarnation(
     mode: &Arc<Mutex<NetMode>>,
     merchants: &SimMerchants,
     entropy_seed: u64,
+    business: &SimBusiness,
 ) -> Result<Incarnation, SimError> {
     let crash = Crash::new();
     let store = Store::connect_with(
@@ -421,7 +467,7 @@ async fn incarnation(
         runtime.clone(),
         Arc::new(net),
         Arc::new(clock.clone()),
-        orchestrator_config(),
+        orchestrator_config(business),
     );
     let scanner = Scanner::new(orch.clone(), ScannerConfig::default())
         .map_err(|e| SimError::Setup(e.to_string()))?;
@@ -437,7 +483,7 @@ async fn incarnation(
     })
 }
 
-fn orchestrator_config() -> OrchestratorConfig {
+fn orchestrator_config(business: &SimBusiness) -> OrchestratorConfig {
     let mut adapter_recovery = BTreeMap::new();
     // Stripe keeps idempotency keys for 24 h; re-send inside 23 h.
     adapter_recovery.insert(
@@ -457,6 +503,7 @@ fn orchestrator_config() -> OrchestratorConfig {
             ..InboxConfig::default()
         },
         adapter_recovery,
+        fulfillment_transport: Arc::new(business.clone()),
         ..OrchestratorConfig::default()
     }
 }

@@ -35,6 +35,24 @@ fn the_same_seed_replays_the_same_trace_and_another_seed_does_not() {
     assert!(first.payments > 0 && first.trace_lines > 20, "{first:?}");
 }
 
+/// Guards the workload itself: a change that quietly stopped simulating
+/// fulfillment would leave its invariants with nothing to check.
+#[test]
+fn a_few_seeds_end_goals_both_fulfilled_and_compensated() {
+    let sim = simulator();
+    let mut ended = std::collections::BTreeMap::new();
+    for seed in 1..=6 {
+        let report = sim.run(seed).expect("seed runs");
+        assert!(report.passed(), "seed {seed}: {:?}", report.violations);
+        for (state, n) in report.fulfillment {
+            *ended.entry(state).or_insert(0) += n;
+        }
+    }
+    for state in ["fulfilled", "compensated"] {
+        assert!(ended.get(state).is_some_and(|n| *n > 0), "{ended:?}");
+    }
+}
+
 /// Seeds kept because they once found a defect, and a sample of others:
 /// every invariant holds through faults, crashes and convergence.
 /// - 34: an Adyen-format late payment whose webhook the PSP gave up on stayed
