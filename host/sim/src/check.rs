@@ -111,7 +111,10 @@ impl World {
         found.extend(self.beyond_requests(&all));
         found.extend(self.fulfillment_violations(&all, false));
         found.extend(self.business_refusals());
-        found.extend(self.inbox_duplicates().await?);
+        if self.ingests != self.ingests_checked {
+            self.ingests_checked = self.ingests;
+            found.extend(self.inbox_duplicates().await?);
+        }
         for what in found {
             self.violation(what);
         }
@@ -306,6 +309,7 @@ impl World {
         self.fulfillment_outcomes = fulfillment_outcomes(&all);
         self.trace
             .line(fulfillment_summary(&self.fulfillment_outcomes));
+        found.extend(self.inbox_duplicates().await?);
         found.extend(self.inbox_left_open().await?);
         found.extend(self.undelivered().await?);
         for what in found {

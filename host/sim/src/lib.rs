@@ -15,9 +15,9 @@
 
 pub mod business;
 pub mod check;
-pub mod merchants;
 pub mod fulfillment;
 pub mod fulfillment_check;
+pub mod merchants;
 pub mod net;
 pub mod ops;
 pub mod rng;

@@ -137,6 +137,7 @@ impl World {
         account: &Account,
         request: WebhookRequest,
     ) -> Result<Option<WebhookOutcome>, SimError> {
+        self.ingests += 1;
         let orch = self.gw.orch.clone();
         let adapter = account.psp.adapter();
         let outcome = self

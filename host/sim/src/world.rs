@@ -21,8 +21,8 @@ use sluice_store::{
     StoreOptions,
 };
 
-use crate::merchants::SimMerchants;
 use crate::business::SimBusiness;
+use crate::merchants::SimMerchants;
 use crate::net::{Crash, NetMode, SimNet};
 use crate::rng::SimRng;
 use crate::trace::Trace;
@@ -129,6 +129,10 @@ pub struct World {
     /// How many events each webhook body delivered so far carries, by the
     /// sha256 of the body: the inbox must hold no more rows for it.
     pub bodies: BTreeMap<String, usize>,
+    /// Webhook requests ingested so far, and as of the last inbox check:
+    /// only ingestion adds inbox rows, so a step without one skips it.
+    pub ingests: u64,
+    pub ingests_checked: u64,
     /// The last details read of each payment, with the version they had.
     pub details_cache: BTreeMap<String, (i64, sluice_store::PaymentDetails)>,
     /// The honest merchants' webhook endpoints (what they received survives
@@ -206,6 +210,8 @@ impl World {
             violations: Vec::new(),
             observed: crate::check::Observed::default(),
             bodies: BTreeMap::new(),
+            ingests: 0,
+            ingests_checked: 0,
             details_cache: BTreeMap::new(),
             merchants,
             seen_fulfilled: std::collections::BTreeSet::new(),
