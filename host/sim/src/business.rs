@@ -58,6 +58,17 @@ enum Fault {
 }
 
 impl SimBusiness {
+    /// The businesses of one world, with nothing granted yet.
+    pub fn new(rng: SimRng, clock: ManualClock, trace: Trace, mode: Arc<Mutex<NetMode>>) -> Self {
+        SimBusiness {
+            ledger: Arc::default(),
+            rng,
+            clock,
+            trace,
+            mode,
+        }
+    }
+
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         // The ledger is plain data: a poisoned lock still holds it whole.
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())

@@ -175,13 +175,7 @@ impl World {
         }));
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
         let merchants = SimMerchants::new(rng.clone(), mode.clone(), trace.clone());
-        let business = SimBusiness {
-            ledger: Arc::default(),
-            rng: rng.clone(),
-            clock: clock.clone(),
-            trace: trace.clone(),
-            mode: mode.clone(),
-        };
+        let business = SimBusiness::new(rng.clone(), clock.clone(), trace.clone(), mode.clone());
         let gw = incarnation(
             &db_url,
             &runtime,
