@@ -178,7 +178,7 @@ impl Store {
             // A SQLite connection is a handle in this process: there is no peer
             // that could have gone away, so the ping before every acquire is a
             // round trip to the connection's worker thread that can only ever
-            // succeed (it was a third of the simulator's thread switches).
+            // succeed (about 6 % of the simulator's CPU).
             .test_before_acquire(backend == Backend::Postgres)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
