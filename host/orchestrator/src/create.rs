@@ -225,11 +225,7 @@ impl Orchestrator {
         merchant_id: &str,
         id: &str,
     ) -> Result<String, OrchestratorError> {
-        let account = match self
-            .store()
-            .get_connector_account(id, Some(merchant_id))
-            .await
-        {
+        let account = match self.store().connector_account_cached(id, merchant_id).await {
             Ok(account) => account,
             Err(StoreError::NotFound { .. }) => {
                 return Err(RouteRefusal::UnknownAccount.into());
@@ -248,11 +244,12 @@ impl Orchestrator {
         route: &ConfirmOptions,
     ) -> Result<(String, String), OrchestratorError> {
         let hint = route.adapter_hint.as_ref();
-        let candidates: Vec<_> = self
+        let accounts = self
             .store()
-            .list_connector_accounts(merchant_id)
-            .await?
-            .into_iter()
+            .list_connector_accounts_cached(merchant_id)
+            .await?;
+        let candidates: Vec<_> = accounts
+            .iter()
             .filter(|a| a.status == "active")
             .filter(|a| hint.is_none_or(|hint| &a.adapter == hint))
             .collect();
@@ -280,16 +277,16 @@ impl Orchestrator {
     ) -> Result<BTreeMap<String, String>, OrchestratorError> {
         Ok(self
             .store()
-            .list_connector_accounts(merchant_id)
+            .list_connector_accounts_cached(merchant_id)
             .await?
-            .into_iter()
+            .iter()
             .filter_map(|a| {
                 let why = if a.status == "active" {
-                    self.new_attempt_refusal(&a)?
+                    self.new_attempt_refusal(a)?
                 } else {
                     format!("account is {}", a.status)
                 };
-                Some((a.id, why))
+                Some((a.id.clone(), why))
             })
             .collect())
     }

@@ -160,7 +160,11 @@ impl Orchestrator {
     /// Resolve a connector account: the active version of its adapter, its
     /// own settings and secrets (nobody else's), its call budget.
     pub(crate) async fn connector(&self, account_id: &str) -> Result<Connector, OrchestratorError> {
-        let credentials = self.inner.store.connector_credentials(account_id).await?;
+        let credentials = self
+            .inner
+            .store
+            .connector_credentials_cached(account_id)
+            .await?;
         let adapter = self
             .inner
             .runtime
@@ -204,7 +208,11 @@ impl Orchestrator {
         &self,
         account_id: &str,
     ) -> Result<ConnectorRecovery, OrchestratorError> {
-        let credentials = self.inner.store.connector_credentials(account_id).await?;
+        let credentials = self
+            .inner
+            .store
+            .connector_credentials_cached(account_id)
+            .await?;
         Ok(ConnectorRecovery::for_account(
             self.inner.config.adapter_recovery.get(&credentials.adapter),
             &string_map(&credentials.config),

@@ -47,6 +47,8 @@ pub struct Config {
     pub fulfillment: FulfillmentTimings,
     /// The per-account rate limit of the PSP webhook route (`[webhooks]`).
     pub webhooks: WebhookIntake,
+    /// The database pool and the payment path's account cache (`[database]`).
+    pub database: DatabaseSettings,
     /// Default PSP call slots of every connector account (`[psp_calls]`); an
     /// account's config keys of the same names win.
     pub psp_calls: sluice_orchestrator::CallLimits,
@@ -266,6 +268,66 @@ impl WebhookIntake {
     }
 }
 
+/// The store's pool and the payment path's connector-account cache, as written
+/// in `[database]`. Unset fields keep the store's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// Connections in the pool (1 to 256; unset: 8).
+    pub max_connections: Option<u32>,
+    /// How long the payment path trusts a connector account it read (0 to
+    /// 60000; unset: 1000): how soon another instance's change to an account
+    /// is seen. Changes through this instance are seen at once.
+    pub account_cache_ttl_ms: Option<u64>,
+    /// PostgreSQL only: ping a pooled connection before each use (unset: true).
+    /// Off saves a round trip per use; a connection the server dropped then
+    /// fails its first statement instead (a transaction that never commits).
+    pub ping_before_acquire: Option<bool>,
+}
+
+/// Bounds of `[database]`.
+pub const MAX_DATABASE_CONNECTIONS: u32 = 256;
+pub const MAX_ACCOUNT_CACHE_TTL_MS: u64 = 60_000;
+
+impl DatabaseSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(n) = self
+            .max_connections
+            .filter(|n| *n == 0 || *n > MAX_DATABASE_CONNECTIONS)
+        {
+            return Err(ConfigError::InvalidValue {
+                name: "database.max_connections",
+                value: n.to_string(),
+                reason: format!("between 1 and {MAX_DATABASE_CONNECTIONS}"),
+            });
+        }
+        if let Some(ms) = self
+            .account_cache_ttl_ms
+            .filter(|ms| *ms > MAX_ACCOUNT_CACHE_TTL_MS)
+        {
+            return Err(ConfigError::InvalidValue {
+                name: "database.account_cache_ttl_ms",
+                value: ms.to_string(),
+                reason: format!("between 0 and {MAX_ACCOUNT_CACHE_TTL_MS}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// These settings over `options`.
+    pub fn apply(&self, options: &mut sluice_store::StoreOptions) {
+        if let Some(n) = self.max_connections {
+            options.max_connections = n;
+        }
+        if let Some(ms) = self.account_cache_ttl_ms {
+            options.account_cache_ttl = std::time::Duration::from_millis(ms);
+        }
+        if let Some(ping) = self.ping_before_acquire {
+            options.ping_before_acquire = ping;
+        }
+    }
+}
+
 /// The PSP call bulkhead's defaults per connector account, as written in
 /// `[psp_calls]` (issue 13): calls in flight at once through one account, how
 /// many of them only queries may use, and how long a call waits for a slot.
@@ -401,6 +463,8 @@ struct FileConfig {
     webhooks: WebhookIntake,
     #[serde(default)]
     psp_calls: PspCalls,
+    #[serde(default)]
+    database: DatabaseSettings,
     master_key: Option<String>,
     #[serde(default)]
     previous_master_keys: Vec<String>,
@@ -552,6 +616,10 @@ impl Config {
                 file.webhooks
             },
             psp_calls: file.psp_calls.limits()?,
+            database: {
+                file.database.validate()?;
+                file.database
+            },
             master_key: master_key.map(Secret::new),
             previous_master_keys: previous_master_keys.into_iter().map(Secret::new).collect(),
             dev_master_key: false,
@@ -633,6 +701,34 @@ mod tests {
             err.contains("master_key") && !err.contains("too-short-key"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn database_settings_are_read_applied_and_refused_out_of_bounds() {
+        let path = Path::new("sluice.toml");
+        let text = "[database]\nmax_connections = 16\naccount_cache_ttl_ms = 0\nping_before_acquire = false\n";
+        let config = Config::from_parts(Some((text, path)), no_env).unwrap();
+        let mut options = sluice_store::StoreOptions::default();
+        config.database.apply(&mut options);
+        assert_eq!(options.max_connections, 16);
+        assert_eq!(options.account_cache_ttl, std::time::Duration::ZERO);
+        assert!(!options.ping_before_acquire);
+        for bad in [
+            "[database]\nmax_connections = 0\n",
+            "[database]\nmax_connections = 257\n",
+            "[database]\naccount_cache_ttl_ms = 60001\n",
+            "[database]\nno_such_key = 1\n",
+        ] {
+            assert!(
+                Config::from_parts(Some((bad, path)), no_env).is_err(),
+                "{bad}"
+            );
+        }
+        let unset = Config::from_parts(None, no_env).unwrap();
+        let mut options = sluice_store::StoreOptions::default();
+        unset.database.apply(&mut options);
+        assert_eq!(options.max_connections, 8);
+        assert!(options.ping_before_acquire);
     }
 
     #[test]

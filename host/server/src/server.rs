@@ -132,6 +132,7 @@ pub async fn open_store(
         options.first_query_delay = delay;
     }
     options.fulfillment_policy = config.fulfillment.policy();
+    config.database.apply(&mut options);
     let store = Store::connect_with(config.database_url.expose(), options)
         .await
         .map_err(StartError::Database)?;

@@ -49,6 +49,7 @@ impl Store {
         }
         insert_event(&mut tx, account_id, "paused", reason, actor, now).await?;
         tx.commit().await?;
+        self.account_cache.invalidate();
         self.get_connector_account(account_id, None).await
     }
 
@@ -81,6 +82,7 @@ impl Store {
             .await?;
         }
         tx.commit().await?;
+        self.account_cache.invalidate();
         self.get_connector_account(account_id, None).await
     }
 

@@ -33,8 +33,8 @@ use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
-    self, amounts_in, attempt_in, capture_in, command_kind, order_in, refund_in, PaymentAmounts,
-    PaymentAttempt, PaymentOrder,
+    self, attempt_in, capture_in, command_kind, order_and_amounts_in, order_in, refund_in,
+    PaymentAmounts, PaymentAttempt, PaymentOrder,
 };
 use crate::{Env, Store, StoreError};
 use sluice_core::{
@@ -349,8 +349,7 @@ impl Store {
         }
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
-            let order = order_in(&mut tx, payment_id).await?;
-            let amounts = amounts_in(&mut tx, payment_id).await?;
+            let (order, amounts) = order_and_amounts_in(&mut tx, payment_id).await?;
             let latest = payments::latest_attempt_in(&mut tx, payment_id).await?;
             let decision = decide_order(
                 &order.snapshot(&amounts)?,
@@ -403,8 +402,7 @@ impl Store {
                 find_row(&mut tx, "refunds", "reference", refund_reference)
                     .await?
                     .ok_or_else(|| StoreError::not_found("refund", refund_reference))?;
-            let order = order_in(&mut tx, &payment_id).await?;
-            let amounts = amounts_in(&mut tx, &payment_id).await?;
+            let (order, amounts) = order_and_amounts_in(&mut tx, &payment_id).await?;
             let refund = refund_in(&mut tx, &refund_id).await?;
             let verdict = Verdict::of(cancel_unsent_refund(&refund.snapshot()));
             let subject = operator::pending_subject(
@@ -439,8 +437,7 @@ impl Store {
         let located = locate::locate(tx, &input.target, &input.event).await?;
         // Order first: every change to the payment bumps its version, so a
         // change committed after this read makes the final CAS miss.
-        let order = order_in(tx, &located.payment_id).await?;
-        let amounts = amounts_in(tx, &located.payment_id).await?;
+        let (order, amounts) = order_and_amounts_in(tx, &located.payment_id).await?;
         let order_snapshot = order.snapshot(&amounts)?;
         let already_processed = match &input.inbox_id {
             Some(inbox_id) => inbox_processed(tx, inbox_id).await?,

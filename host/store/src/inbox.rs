@@ -112,7 +112,7 @@ impl Store {
     ) -> Result<String, StoreError> {
         let id = ids::webhook_body();
         let sealed = self.seal_secret(&body_context(&id), body)?;
-        sqlx::query(
+        let inserted = sqlx::query(
             "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, \
                 received_at) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (connector_account_id, payload_digest) DO NOTHING",
@@ -124,6 +124,10 @@ impl Store {
         .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
+        if inserted.rows_affected() == 1 {
+            // Ours: the read below is only needed for a body kept before.
+            return Ok(id);
+        }
         let row = sqlx::query(
             "SELECT id FROM webhook_bodies WHERE connector_account_id = $1 AND payload_digest = $2",
         )

@@ -23,6 +23,7 @@ mod ids;
 mod listing;
 mod refusals;
 
+pub mod account_cache;
 pub mod account_health;
 pub mod adapter_releases;
 pub mod history;
@@ -125,6 +126,15 @@ pub struct StoreOptions {
     /// [`LocalSecretBox::process_ephemeral`] (tests and tools); the server passes
     /// the box of its configured master key.
     pub secret_box: Arc<dyn SecretBox>,
+    /// How long the payment path trusts a connector account it read without
+    /// reading it again ([`account_cache`]): how soon a change made by another
+    /// instance on the same database is seen. Zero reads every time.
+    pub account_cache_ttl: Duration,
+    /// PostgreSQL only: ping a pooled connection before handing it out. Off
+    /// saves a round trip per acquire; a connection the server dropped then
+    /// fails its first statement (its transaction never commits) instead.
+    /// SQLite never pings: its connection is a handle in this process.
+    pub ping_before_acquire: bool,
 }
 
 impl Default for StoreOptions {
@@ -138,6 +148,8 @@ impl Default for StoreOptions {
             first_query_delay: Duration::from_secs(5),
             fulfillment_policy: sluice_core::FulfillmentPolicy::default(),
             secret_box: LocalSecretBox::process_ephemeral(),
+            account_cache_ttl: account_cache::DEFAULT_TTL,
+            ping_before_acquire: true,
         }
     }
 }
@@ -151,6 +163,7 @@ pub struct Store {
     query_delay_ms: i64,
     fulfillment_policy: sluice_core::FulfillmentPolicy,
     secret_box: Arc<dyn SecretBox>,
+    account_cache: Arc<account_cache::AccountCache>,
 }
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -179,7 +192,7 @@ impl Store {
             // that could have gone away, so the ping before every acquire is a
             // round trip to the connection's worker thread that can only ever
             // succeed (about 6 % of the simulator's CPU).
-            .test_before_acquire(backend == Backend::Postgres)
+            .test_before_acquire(backend == Backend::Postgres && options.ping_before_acquire)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if conn.backend_name().eq_ignore_ascii_case("sqlite") {
@@ -214,6 +227,7 @@ impl Store {
                 .unwrap_or(i64::MAX),
             fulfillment_policy: options.fulfillment_policy,
             secret_box: options.secret_box,
+            account_cache: Arc::new(account_cache::AccountCache::new(options.account_cache_ttl)),
         })
     }
 

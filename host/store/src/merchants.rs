@@ -105,6 +105,8 @@ pub struct AccountPause {
 #[derive(Clone, PartialEq)]
 pub struct ConnectorCredentials {
     pub connector_account_id: String,
+    /// The tenant the account belongs to (never changes).
+    pub merchant_id: String,
     pub adapter: String,
     pub config: serde_json::Value,
     pub secrets: serde_json::Value,
@@ -114,6 +116,7 @@ impl std::fmt::Debug for ConnectorCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectorCredentials")
             .field("connector_account_id", &self.connector_account_id)
+            .field("merchant_id", &self.merchant_id)
             .field("adapter", &self.adapter)
             .field("config", &self.config)
             .field("secrets", &"<redacted>")
@@ -378,6 +381,7 @@ impl Store {
         .bind(now)
         .execute(&self.pool)
         .await;
+        self.account_cache.invalidate();
         match inserted.map_err(StoreError::from) {
             Ok(_) => Ok(account),
             Err(e) if e.is_unique_violation() => Err(StoreError::Conflict(format!(
@@ -448,6 +452,7 @@ impl Store {
         .bind(self.now_ms())
         .execute(&self.pool)
         .await?;
+        self.account_cache.invalidate();
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("connector account", account_id));
         }
@@ -461,8 +466,22 @@ impl Store {
         &self,
         account_id: &str,
     ) -> Result<ConnectorCredentials, StoreError> {
+        let all = self.connector_credentials_all_versions(account_id).await?;
+        Ok(ConnectorCredentials {
+            secrets: crate::secrets::valid_now(&all.secrets, self.now_ms()),
+            ..all
+        })
+    }
+
+    /// The account's credentials with every stored secret version, valid now
+    /// or not: what the account cache keeps (it filters on every read).
+    pub(crate) async fn connector_credentials_all_versions(
+        &self,
+        account_id: &str,
+    ) -> Result<ConnectorCredentials, StoreError> {
         let row = sqlx::query(
-            "SELECT id, adapter, config_json, secrets_json FROM connector_accounts WHERE id = $1",
+            "SELECT id, merchant_id, adapter, config_json, secrets_json \
+             FROM connector_accounts WHERE id = $1",
         )
         .bind(account_id)
         .fetch_optional(&self.pool)
@@ -473,9 +492,10 @@ impl Store {
         let secrets = self.open_json(&crate::secrets::connector_context(&id), &sealed)?;
         Ok(ConnectorCredentials {
             connector_account_id: id,
+            merchant_id: text(&row, "merchant_id")?,
             adapter: text(&row, "adapter")?,
             config: json(&row, "connector_accounts", "config_json")?,
-            secrets: crate::secrets::valid_now(&secrets, self.now_ms()),
+            secrets,
         })
     }
 }

@@ -4,7 +4,7 @@
 use crate::db::{int, json, opt_int, opt_text, parsed, text, Tx};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, NewHistory, Provenance};
-use crate::merchants::ConnectorAccount;
+use crate::merchants::ConnectorCredentials;
 use crate::{ids, Store, StoreError};
 use sluice_core::{
     decide_order, Amounts, AttemptSnapshot, AttemptState, CaptureMode, CaptureSnapshot,
@@ -12,6 +12,7 @@ use sluice_core::{
     OrderSnapshot, OrderState, RefundSnapshot, RefundState, RejectReason,
 };
 use sqlx::any::AnyRow;
+use sqlx::AnyConnection;
 
 /// Seed 000's business fulfilment block: the long-lived goal, its deadline
 /// (not to be confused with `next_retry_time`, which is only scheduling).
@@ -298,9 +299,22 @@ pub(crate) fn order_from(row: &AnyRow) -> Result<PaymentOrder, StoreError> {
 }
 
 pub(crate) fn amounts_from(row: &AnyRow) -> Result<PaymentAmounts, StoreError> {
+    amounts_named(row, "currency", "amount_minor")
+}
+
+/// The amounts of a row where their currency and amount columns are named
+/// apart from the order's (a joined read).
+fn amounts_named(
+    row: &AnyRow,
+    currency_col: &str,
+    amount_col: &str,
+) -> Result<PaymentAmounts, StoreError> {
+    let raw = text(row, currency_col)?;
+    let currency = Currency::parse(&raw)
+        .map_err(|e| StoreError::corrupt("payment_amounts", format!("currency: {e}")))?;
     Ok(PaymentAmounts {
-        currency: currency(row, "payment_amounts")?,
-        amount_minor: int(row, "amount_minor")?,
+        currency,
+        amount_minor: int(row, amount_col)?,
         authorized_minor: int(row, "authorized_minor")?,
         capture_reserved_minor: int(row, "capture_reserved_minor")?,
         captured_minor: int(row, "captured_minor")?,
@@ -473,6 +487,68 @@ pub(crate) async fn order_in(tx: &mut Tx, payment_id: &str) -> Result<PaymentOrd
     order_from(&row)
 }
 
+/// The order joined with its amounts, `extra` columns after them.
+fn order_and_amounts_sql(extra: &str) -> String {
+    let order: Vec<String> = ORDER_COLS
+        .split(',')
+        .map(|c| format!("o.{}", c.trim()))
+        .collect();
+    format!(
+        "SELECT {}, a.currency AS amounts_currency, a.amount_minor AS amounts_amount_minor, \
+         a.authorized_minor, a.capture_reserved_minor, a.captured_minor, \
+         a.refund_reserved_minor, a.refunded_minor{extra} \
+         FROM payment_orders o JOIN payment_amounts a ON a.payment_id = o.id WHERE o.id = $1",
+        order.join(", ")
+    )
+}
+
+async fn order_and_amounts_row(
+    conn: &mut AnyConnection,
+    sql: &str,
+    payment_id: &str,
+) -> Result<(PaymentOrder, PaymentAmounts, AnyRow), StoreError> {
+    let row = sqlx::query(sql)
+        .bind(payment_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
+    let amounts = amounts_named(&row, "amounts_currency", "amounts_amount_minor")?;
+    Ok((order_from(&row)?, amounts, row))
+}
+
+/// The order and its amounts in one statement. Every step of the door reads
+/// both; one round trip instead of two is about 5 statements per payment.
+pub(crate) async fn order_and_amounts_in(
+    conn: &mut AnyConnection,
+    payment_id: &str,
+) -> Result<(PaymentOrder, PaymentAmounts), StoreError> {
+    static SQL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| order_and_amounts_sql(""));
+    let (order, amounts, _) = order_and_amounts_row(conn, &SQL, payment_id).await?;
+    Ok((order, amounts))
+}
+
+/// The head of a payment's details: the order, its amounts, and whether it has
+/// any capture or refund row at all (most payments have neither, and then the
+/// two reads of them are skipped).
+async fn details_head(
+    conn: &mut AnyConnection,
+    payment_id: &str,
+) -> Result<(PaymentOrder, PaymentAmounts, bool, bool), StoreError> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        order_and_amounts_sql(
+            ", CASE WHEN EXISTS (SELECT 1 FROM captures c WHERE c.payment_id = o.id) \
+             THEN 1 ELSE 0 END AS has_captures, \
+             CASE WHEN EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = o.id) \
+             THEN 1 ELSE 0 END AS has_refunds",
+        )
+    });
+    let (order, amounts, row) = order_and_amounts_row(conn, &SQL, payment_id).await?;
+    let has_captures = int(&row, "has_captures")? != 0;
+    let has_refunds = int(&row, "has_refunds")? != 0;
+    Ok((order, amounts, has_captures, has_refunds))
+}
+
 pub(crate) async fn amounts_in(
     tx: &mut Tx,
     payment_id: &str,
@@ -637,8 +713,10 @@ impl Store {
         new: &NewAttempt,
         provenance: &Provenance,
     ) -> Result<PaymentAttempt, StoreError> {
+        // Only the account's merchant and adapter are used, and neither ever
+        // changes, so the payment path's cached read is exact here.
         let account = self
-            .get_connector_account(&new.connector_account_id, None)
+            .connector_credentials_cached(&new.connector_account_id)
             .await?;
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
@@ -679,17 +757,16 @@ impl Store {
         &self,
         tx: &mut Tx,
         new: &NewAttempt,
-        account: &ConnectorAccount,
+        account: &ConnectorCredentials,
         provenance: &Provenance,
     ) -> Result<Step<Result<PaymentAttempt, StoreError>>, StoreError> {
-        let order = order_in(tx, &new.payment_id).await?;
+        let (order, amounts) = order_and_amounts_in(tx, &new.payment_id).await?;
         if account.merchant_id != order.merchant_id {
             return Err(StoreError::not_found(
                 "connector account",
                 &new.connector_account_id,
             ));
         }
-        let amounts = amounts_in(tx, &order.id).await?;
         let latest = latest_attempt_in(tx, &order.id).await?;
         let decision = decide_order(
             &order.snapshot(&amounts)?,
@@ -733,7 +810,7 @@ impl Store {
             attempt_no,
             reference: ids::attempt_reference(&order.id, attempt_no),
             adapter: account.adapter.clone(),
-            connector_account_id: account.id.clone(),
+            connector_account_id: account.connector_account_id.clone(),
             psp_reference: None,
             amount: order.amount,
             capture_mode: order.capture_mode,
@@ -894,53 +971,22 @@ impl Store {
         merchant_id: Option<&str>,
         payment_id: &str,
     ) -> Result<PaymentDetails, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let order = order_in(&mut tx, payment_id).await?;
-        if merchant_id.is_some_and(|m| m != order.merchant_id) {
-            return Err(StoreError::not_found("payment", payment_id));
+        match self.backend {
+            // PostgreSQL's READ COMMITTED gives each statement its own snapshot
+            // inside a transaction too, so BEGIN and COMMIT would add two round
+            // trips and no consistency.
+            crate::Backend::Postgres => {
+                let mut conn = self.pool.acquire().await?;
+                details_on(&mut conn, merchant_id, payment_id).await
+            }
+            // SQLite's read transaction holds one snapshot for all five reads.
+            crate::Backend::Sqlite => {
+                let mut tx = self.pool.begin().await?;
+                let details = details_on(&mut tx, merchant_id, payment_id).await?;
+                tx.commit().await?;
+                Ok(details)
+            }
         }
-        let amounts = amounts_in(&mut tx, payment_id).await?;
-        let attempts = fetch_all(
-            &mut tx,
-            ATTEMPT_COLS,
-            "payment_attempts",
-            "attempt_no",
-            payment_id,
-        )
-        .await?
-        .iter()
-        .map(attempt_from)
-        .collect::<Result<_, _>>()?;
-        let captures = fetch_all(
-            &mut tx,
-            CAPTURE_COLS,
-            "captures",
-            "created_at, id",
-            payment_id,
-        )
-        .await?
-        .iter()
-        .map(capture_from)
-        .collect::<Result<_, _>>()?;
-        let refunds = fetch_all(
-            &mut tx,
-            REFUND_COLS,
-            "refunds",
-            "created_at, id",
-            payment_id,
-        )
-        .await?
-        .iter()
-        .map(refund_from)
-        .collect::<Result<_, _>>()?;
-        tx.commit().await?;
-        Ok(PaymentDetails {
-            order,
-            amounts,
-            attempts,
-            captures,
-            refunds,
-        })
     }
 
     pub async fn list_attempts(&self, payment_id: &str) -> Result<Vec<PaymentAttempt>, StoreError> {
@@ -1214,8 +1260,54 @@ impl PendingKind {
     }
 }
 
+/// The order, its amounts and every child row, on one connection.
+async fn details_on(
+    conn: &mut AnyConnection,
+    merchant_id: Option<&str>,
+    payment_id: &str,
+) -> Result<PaymentDetails, StoreError> {
+    let (order, amounts, has_captures, has_refunds) = details_head(conn, payment_id).await?;
+    if merchant_id.is_some_and(|m| m != order.merchant_id) {
+        return Err(StoreError::not_found("payment", payment_id));
+    }
+    let attempts = fetch_all(
+        conn,
+        ATTEMPT_COLS,
+        "payment_attempts",
+        "attempt_no",
+        payment_id,
+    )
+    .await?
+    .iter()
+    .map(attempt_from)
+    .collect::<Result<_, _>>()?;
+    let mut captures = Vec::new();
+    if has_captures {
+        captures = fetch_all(conn, CAPTURE_COLS, "captures", "created_at, id", payment_id)
+            .await?
+            .iter()
+            .map(capture_from)
+            .collect::<Result<_, _>>()?;
+    }
+    let mut refunds = Vec::new();
+    if has_refunds {
+        refunds = fetch_all(conn, REFUND_COLS, "refunds", "created_at, id", payment_id)
+            .await?
+            .iter()
+            .map(refund_from)
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(PaymentDetails {
+        order,
+        amounts,
+        attempts,
+        captures,
+        refunds,
+    })
+}
+
 async fn fetch_all(
-    tx: &mut Tx,
+    conn: &mut AnyConnection,
     cols: &str,
     table: &str,
     order_by: &str,
@@ -1225,7 +1317,7 @@ async fn fetch_all(
         "SELECT {cols} FROM {table} WHERE payment_id = $1 ORDER BY {order_by}"
     ))
     .bind(payment_id)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?)
 }
 

@@ -9,8 +9,8 @@ use crate::db::Tx;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
-    amounts_in, attempt_from, capture_from, order_in, refund_from, Capture, PaymentAmounts,
-    PaymentAttempt, PaymentOrder, Refund, ATTEMPT_COLS, CAPTURE_COLS, REFUND_COLS,
+    amounts_in, attempt_from, capture_from, order_and_amounts_in, refund_from, Capture,
+    PaymentAmounts, PaymentAttempt, PaymentOrder, Refund, ATTEMPT_COLS, CAPTURE_COLS, REFUND_COLS,
 };
 use crate::{ids, Store, StoreError};
 use sluice_core::{
@@ -478,11 +478,10 @@ async fn scoped_order(
     payment_id: &str,
     merchant_id: Option<&str>,
 ) -> Result<(PaymentOrder, PaymentAmounts), StoreError> {
-    let order = order_in(tx, payment_id).await?;
+    let (order, amounts) = order_and_amounts_in(tx, payment_id).await?;
     if merchant_id.is_some_and(|m| m != order.merchant_id) {
         return Err(StoreError::not_found("payment", payment_id));
     }
-    let amounts = amounts_in(tx, payment_id).await?;
     Ok((order, amounts))
 }
 

@@ -261,6 +261,7 @@ impl Store {
             .bind(&stored)
             .execute(&self.pool)
             .await?;
+            self.account_cache.invalidate();
             count += done.rows_affected();
         }
         if count > 0 {
@@ -314,6 +315,7 @@ impl Store {
         .bind(&stored)
         .execute(&self.pool)
         .await?;
+        self.account_cache.invalidate();
         if done.rows_affected() == 0 {
             return Err(StoreError::Conflict(
                 "the account's secrets changed while rotating; retry".into(),

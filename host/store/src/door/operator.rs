@@ -82,8 +82,7 @@ impl Store {
             // a change to the aggregate after this read bumps the order's
             // version and makes the CAS below miss.
             let payment_id = pending_payment_id(&mut tx, kind, id).await?;
-            let order = order_in(&mut tx, &payment_id).await?;
-            let amounts = amounts_in(&mut tx, &payment_id).await?;
+            let (order, amounts) = order_and_amounts_in(&mut tx, &payment_id).await?;
             let subject = pending_subject(&mut tx, kind, id).await?;
             if order.manual_review {
                 tx.rollback().await?;

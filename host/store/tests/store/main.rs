@@ -5,6 +5,7 @@ extern crate sluice_test_support;
 
 pub mod common;
 
+mod account_cache;
 mod boundary;
 mod door;
 mod exits;

@@ -1,0 +1,168 @@
+//! Connector accounts as the payment path reads them, kept for a short time.
+//!
+//! A payment used to read its connector account five or six times (routing
+//! twice, credentials before the attempt and before the call, each opening
+//! the sealed secrets again; the webhook route once more): about a tenth of
+//! its statements. The hot path now asks through [`AccountCache`] instead.
+//!
+//! What stays exact:
+//! - Every write to `connector_accounts` through this process's store (create,
+//!   config, status, pause, resume, secret rotation, reseal) moves the
+//!   generation, and an entry read under an older generation is never used.
+//! - An entry lives at most `ttl` on the store's clock, so a change made by
+//!   another gateway instance on the same database is seen within `ttl`.
+//! - A rotation window's end is applied on every read ([`valid_now`] on the
+//!   cached versions), not when the entry was filled.
+//! - At most [`MAX_ENTRIES`] entries per map; a full map is emptied.
+//!
+//! What it does not do: cache anything across tenants by a key another
+//! tenant could name (keys are account and merchant ids the caller already
+//! scoped), or keep a secret anywhere but this process's memory, where the
+//! store keeps the opened secrets of a call anyway.
+//!
+//! [`valid_now`]: crate::secrets::valid_now
+
+use crate::merchants::{ConnectorAccount, ConnectorCredentials};
+use crate::{Store, StoreError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Bound on each map of the cache: merchants and accounts a process serves
+/// at once are far fewer; a map at this size is emptied, not grown.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// The default time an entry is trusted without reading the row again.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub(crate) struct AccountCache {
+    ttl_ms: i64,
+    generation: AtomicU64,
+    maps: Mutex<Maps>,
+}
+
+#[derive(Debug, Default)]
+struct Maps {
+    /// Credentials by account id, the secrets with every stored version.
+    credentials: HashMap<String, Entry<ConnectorCredentials>>,
+    /// The merchant's accounts by merchant id.
+    accounts: HashMap<String, Entry<Arc<Vec<ConnectorAccount>>>>,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    generation: u64,
+    filled_at_ms: i64,
+    value: T,
+}
+
+impl AccountCache {
+    pub(crate) fn new(ttl: Duration) -> AccountCache {
+        AccountCache {
+            ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+            generation: AtomicU64::new(0),
+            maps: Mutex::new(Maps::default()),
+        }
+    }
+
+    /// Called by every write to `connector_accounts` through the store.
+    pub(crate) fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    fn maps(&self) -> std::sync::MutexGuard<'_, Maps> {
+        // A panic while holding the lock leaves only whole entries behind
+        // (each insert is one statement), so a poisoned map is still sound.
+        self.maps.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn fresh<T: Clone>(&self, entry: Option<&Entry<T>>, now_ms: i64) -> Option<T> {
+        let entry = entry?;
+        let young =
+            now_ms.saturating_sub(entry.filled_at_ms) < self.ttl_ms && now_ms >= entry.filled_at_ms;
+        (entry.generation == self.generation() && young).then(|| entry.value.clone())
+    }
+}
+
+fn insert<T>(map: &mut HashMap<String, Entry<T>>, key: &str, entry: Entry<T>) {
+    if map.len() >= MAX_ENTRIES && !map.contains_key(key) {
+        map.clear();
+    }
+    map.insert(key.to_owned(), entry);
+}
+
+impl Store {
+    /// [`Store::connector_credentials`] for the payment path: from the cache
+    /// while its entry is fresh (see the module doc), the row otherwise.
+    pub async fn connector_credentials_cached(
+        &self,
+        account_id: &str,
+    ) -> Result<ConnectorCredentials, StoreError> {
+        let cache = &self.account_cache;
+        let now = self.now_ms();
+        let hit = cache.fresh(cache.maps().credentials.get(account_id), now);
+        let all = match hit {
+            Some(all) => all,
+            None => {
+                // The generation before the read: a write that lands while
+                // we read makes this entry stale at once.
+                let generation = cache.generation();
+                let all = self.connector_credentials_all_versions(account_id).await?;
+                let entry = Entry {
+                    generation,
+                    filled_at_ms: now,
+                    value: all.clone(),
+                };
+                insert(&mut cache.maps().credentials, account_id, entry);
+                all
+            }
+        };
+        Ok(ConnectorCredentials {
+            secrets: crate::secrets::valid_now(&all.secrets, self.now_ms()),
+            ..all
+        })
+    }
+
+    /// [`Store::list_connector_accounts`] for routing: from the cache while
+    /// its entry is fresh (see the module doc), the rows otherwise.
+    pub async fn list_connector_accounts_cached(
+        &self,
+        merchant_id: &str,
+    ) -> Result<Arc<Vec<ConnectorAccount>>, StoreError> {
+        let cache = &self.account_cache;
+        let now = self.now_ms();
+        if let Some(hit) = cache.fresh(cache.maps().accounts.get(merchant_id), now) {
+            return Ok(hit);
+        }
+        let generation = cache.generation();
+        let accounts = Arc::new(self.list_connector_accounts(merchant_id).await?);
+        let entry = Entry {
+            generation,
+            filled_at_ms: now,
+            value: Arc::clone(&accounts),
+        };
+        insert(&mut cache.maps().accounts, merchant_id, entry);
+        Ok(accounts)
+    }
+
+    /// One connector account, scoped to its merchant when `merchant_id` is
+    /// given, through the merchant's cached list when the merchant is known.
+    pub async fn connector_account_cached(
+        &self,
+        account_id: &str,
+        merchant_id: &str,
+    ) -> Result<ConnectorAccount, StoreError> {
+        self.list_connector_accounts_cached(merchant_id)
+            .await?
+            .iter()
+            .find(|a| a.id == account_id)
+            .cloned()
+            .ok_or_else(|| StoreError::not_found("connector account", account_id))
+    }
+}

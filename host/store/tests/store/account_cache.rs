@@ -1,0 +1,130 @@
+//! The payment path's connector-account cache (issue 17): a write through the
+//! store is seen by the next read at once, another instance's write within
+//! the cache's time, a rotation window's end on the first read after it, and
+//! one merchant's accounts never answer for another's.
+
+use crate::common::*;
+use sluice_store::{NewConnectorAccount, Store, StoreError, StoreOptions};
+use std::time::Duration;
+
+const TTL_MS: i64 = 1_000;
+
+async fn account(store: &Store, merchant: &str, label: &str) -> String {
+    store
+        .create_connector_account(&NewConnectorAccount {
+            merchant_id: merchant.to_owned(),
+            adapter: "stripe".into(),
+            label: label.into(),
+            config: serde_json::json!({"base_url": "http://127.0.0.1:9", "label": label}),
+            secrets: serde_json::json!({"api_key": "sk_one", "webhook_secret": "whsec_one"}),
+        })
+        .await
+        .unwrap()
+        .id
+}
+
+fn options(db: &TestDb) -> StoreOptions {
+    StoreOptions {
+        account_cache_ttl: Duration::from_millis(TTL_MS as u64),
+        ..db.options()
+    }
+}
+
+/// A row changed behind every store's back, as another instance would.
+async fn set_config_behind(store: &Store, account_id: &str, config: serde_json::Value) {
+    sqlx::query("UPDATE connector_accounts SET config_json = $1 WHERE id = $2")
+        .bind(config.to_string())
+        .bind(account_id)
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
+dual_test! {
+    async fn a_change_through_the_store_is_seen_by_the_next_cached_read_at_once(&db) {
+        let store = db.store_with(options(db)).await;
+        let merchant = store.create_merchant("Cached").await.unwrap();
+        let id = account(&store, &merchant.id, "main").await;
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "main");
+        assert_eq!(store.list_connector_accounts_cached(&merchant.id).await.unwrap()[0].status, "active");
+
+        let config = serde_json::json!({"base_url": "http://127.0.0.1:9", "label": "changed"});
+        store.update_connector_account(&id, Some(&config), None, Some("disabled")).await.unwrap();
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "changed");
+        assert_eq!(store.list_connector_accounts_cached(&merchant.id).await.unwrap()[0].status, "disabled");
+
+        store.pause_connector_account(&id, "maintenance", "op_1").await.unwrap();
+        let paused = store.connector_account_cached(&id, &merchant.id).await.unwrap();
+        assert!(paused.paused.is_some(), "a pause is seen at once");
+
+        let second = account(&store, &merchant.id, "second").await;
+        let listed = store.list_connector_accounts_cached(&merchant.id).await.unwrap();
+        assert!(listed.iter().any(|a| a.id == second), "a new account is listed at once");
+    }
+}
+
+dual_test! {
+    async fn another_instances_change_is_seen_once_the_cache_time_has_passed(&db) {
+        let store = db.store_with(options(db)).await;
+        let merchant = store.create_merchant("Cached").await.unwrap();
+        let id = account(&store, &merchant.id, "main").await;
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "main");
+
+        set_config_behind(&store, &id, serde_json::json!({"label": "elsewhere"})).await;
+        db.clock.advance(TTL_MS - 1);
+        assert_eq!(
+            store.connector_credentials_cached(&id).await.unwrap().config["label"], "main",
+            "within the cache time the entry stands (the documented staleness)"
+        );
+        assert_eq!(store.connector_credentials(&id).await.unwrap().config["label"], "elsewhere",
+            "the uncached read is never stale");
+        db.clock.advance(1);
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "elsewhere");
+    }
+}
+
+dual_test! {
+    async fn a_zero_cache_time_reads_the_row_every_time(&db) {
+        let store = db
+            .store_with(StoreOptions { account_cache_ttl: Duration::ZERO, ..db.options() })
+            .await;
+        let merchant = store.create_merchant("Uncached").await.unwrap();
+        let id = account(&store, &merchant.id, "main").await;
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "main");
+        set_config_behind(&store, &id, serde_json::json!({"label": "elsewhere"})).await;
+        assert_eq!(store.connector_credentials_cached(&id).await.unwrap().config["label"], "elsewhere");
+    }
+}
+
+dual_test! {
+    async fn a_rotation_windows_end_applies_to_a_cached_entry_on_the_first_read_after_it(&db) {
+        let store = db.store_with(options(db)).await;
+        let merchant = store.create_merchant("Rotating").await.unwrap();
+        let id = account(&store, &merchant.id, "main").await;
+        store.rotate_connector_secret(&id, "webhook_secret", "whsec_two", 500).await.unwrap();
+        let during = store.connector_credentials_cached(&id).await.unwrap().secrets;
+        assert_eq!(during["webhook_secret"], serde_json::json!(["whsec_two", "whsec_one"]));
+
+        db.clock.advance(500);
+        let after = store.connector_credentials_cached(&id).await.unwrap().secrets;
+        assert_eq!(after["webhook_secret"], "whsec_two", "the old version ends with its window, not with the entry");
+    }
+}
+
+dual_test! {
+    async fn one_merchants_cached_accounts_never_answer_for_another_merchant(&db) {
+        let store = db.store_with(options(db)).await;
+        let mine = store.create_merchant("Mine").await.unwrap();
+        let theirs = store.create_merchant("Theirs").await.unwrap();
+        let my_account = account(&store, &mine.id, "main").await;
+        let their_account = account(&store, &theirs.id, "main").await;
+        store.list_connector_accounts_cached(&theirs.id).await.unwrap();
+        store.list_connector_accounts_cached(&mine.id).await.unwrap();
+
+        assert!(store.connector_account_cached(&my_account, &mine.id).await.is_ok());
+        let refused = store.connector_account_cached(&their_account, &mine.id).await;
+        assert!(matches!(refused, Err(StoreError::NotFound { .. })), "{refused:?}");
+        let listed = store.list_connector_accounts_cached(&mine.id).await.unwrap();
+        assert_eq!(listed.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), vec![my_account.as_str()]);
+    }
+}
