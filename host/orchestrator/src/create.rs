@@ -173,7 +173,7 @@ impl Orchestrator {
         route: &ConfirmOptions,
         input: Option<&RouteInput<'_>>,
     ) -> Result<Routing, OrchestratorError> {
-        let stored = self.store().routing_config(merchant_id).await?;
+        let stored = self.store().routing_config_cached(merchant_id).await?;
         let overrides = stored
             .as_ref()
             .map(|s| s.config.failure_overrides.clone())

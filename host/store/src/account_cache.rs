@@ -2,13 +2,15 @@
 //!
 //! A payment used to read its connector account five or six times (routing
 //! twice, credentials before the attempt and before the call, each opening
-//! the sealed secrets again; the webhook route once more): about a tenth of
-//! its statements. The hot path now asks through [`AccountCache`] instead.
+//! the sealed secrets again; the webhook route once more) and its merchant's
+//! routing configuration twice: about a tenth of its statements. The payment
+//! path now asks through [`AccountCache`] instead.
 //!
 //! What stays exact:
-//! - Every write to `connector_accounts` through this process's store (create,
-//!   config, status, pause, resume, secret rotation, reseal) moves the
-//!   generation, and an entry read under an older generation is never used.
+//! - Every write to `connector_accounts` or `routing_configs` through this
+//!   process's store (create, config, status, pause, resume, secret rotation,
+//!   reseal, routing) moves the generation, and an entry read under an older
+//!   generation is never used.
 //! - An entry lives at most `ttl` on the store's clock, so a change made by
 //!   another gateway instance on the same database is seen within `ttl`.
 //! - A rotation window's end is applied on every read ([`valid_now`] on the
@@ -23,6 +25,7 @@
 //! [`valid_now`]: crate::secrets::valid_now
 
 use crate::merchants::{ConnectorAccount, ConnectorCredentials};
+use crate::routing::StoredRouting;
 use crate::{Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +52,8 @@ struct Maps {
     credentials: HashMap<String, Entry<ConnectorCredentials>>,
     /// The merchant's accounts by merchant id.
     accounts: HashMap<String, Entry<Arc<Vec<ConnectorAccount>>>>,
+    /// The merchant's routing configuration (None: it has none) by merchant id.
+    routing: HashMap<String, Entry<Option<StoredRouting>>>,
 }
 
 #[derive(Debug)]
@@ -98,31 +103,45 @@ fn insert<T>(map: &mut HashMap<String, Entry<T>>, key: &str, entry: Entry<T>) {
 }
 
 impl Store {
+    /// The entry of `key` in the map `pick` selects while it is fresh, else
+    /// `fetch`'s answer, kept under the generation read before fetching (a
+    /// write that lands meanwhile makes it stale at once).
+    async fn cached<T, F>(
+        &self,
+        pick: fn(&mut Maps) -> &mut HashMap<String, Entry<T>>,
+        key: &str,
+        fetch: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Clone,
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let cache = &self.account_cache;
+        let now = self.now_ms();
+        if let Some(hit) = cache.fresh(pick(&mut cache.maps()).get(key), now) {
+            return Ok(hit);
+        }
+        let generation = cache.generation();
+        let value = fetch.await?;
+        let entry = Entry {
+            generation,
+            filled_at_ms: now,
+            value: value.clone(),
+        };
+        insert(pick(&mut cache.maps()), key, entry);
+        Ok(value)
+    }
+
     /// [`Store::connector_credentials`] for the payment path: from the cache
     /// while its entry is fresh (see the module doc), the row otherwise.
     pub async fn connector_credentials_cached(
         &self,
         account_id: &str,
     ) -> Result<ConnectorCredentials, StoreError> {
-        let cache = &self.account_cache;
-        let now = self.now_ms();
-        let hit = cache.fresh(cache.maps().credentials.get(account_id), now);
-        let all = match hit {
-            Some(all) => all,
-            None => {
-                // The generation before the read: a write that lands while
-                // we read makes this entry stale at once.
-                let generation = cache.generation();
-                let all = self.connector_credentials_all_versions(account_id).await?;
-                let entry = Entry {
-                    generation,
-                    filled_at_ms: now,
-                    value: all.clone(),
-                };
-                insert(&mut cache.maps().credentials, account_id, entry);
-                all
-            }
-        };
+        let fetch = self.connector_credentials_all_versions(account_id);
+        let all = self
+            .cached(|m| &mut m.credentials, account_id, fetch)
+            .await?;
         Ok(ConnectorCredentials {
             secrets: crate::secrets::valid_now(&all.secrets, self.now_ms()),
             ..all
@@ -135,20 +154,18 @@ impl Store {
         &self,
         merchant_id: &str,
     ) -> Result<Arc<Vec<ConnectorAccount>>, StoreError> {
-        let cache = &self.account_cache;
-        let now = self.now_ms();
-        if let Some(hit) = cache.fresh(cache.maps().accounts.get(merchant_id), now) {
-            return Ok(hit);
-        }
-        let generation = cache.generation();
-        let accounts = Arc::new(self.list_connector_accounts(merchant_id).await?);
-        let entry = Entry {
-            generation,
-            filled_at_ms: now,
-            value: Arc::clone(&accounts),
-        };
-        insert(&mut cache.maps().accounts, merchant_id, entry);
-        Ok(accounts)
+        let fetch = async { Ok(Arc::new(self.list_connector_accounts(merchant_id).await?)) };
+        self.cached(|m| &mut m.accounts, merchant_id, fetch).await
+    }
+
+    /// [`Store::routing_config`] for routing: from the cache while its entry
+    /// is fresh (see the module doc), the row otherwise.
+    pub async fn routing_config_cached(
+        &self,
+        merchant_id: &str,
+    ) -> Result<Option<StoredRouting>, StoreError> {
+        let fetch = self.routing_config(merchant_id);
+        self.cached(|m| &mut m.routing, merchant_id, fetch).await
     }
 
     /// One connector account, scoped to its merchant when `merchant_id` is

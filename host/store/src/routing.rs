@@ -56,6 +56,7 @@ impl Store {
         .bind(now)
         .execute(&self.pool)
         .await?;
+        self.account_cache.invalidate();
         tracing::info!(merchant = %merchant_id, rules = config.rules.len(), "routing configuration replaced");
         self.routing_config(merchant_id)
             .await?

@@ -128,3 +128,23 @@ dual_test! {
         assert_eq!(listed.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), vec![my_account.as_str()]);
     }
 }
+
+dual_test! {
+    async fn a_routing_configuration_replaced_through_the_store_is_seen_by_the_next_cached_read(&db) {
+        let store = db.store_with(options(db)).await;
+        let merchant = store.create_merchant("Routed").await.unwrap();
+        let id = account(&store, &merchant.id, "main").await;
+        assert_eq!(store.routing_config_cached(&merchant.id).await.unwrap(), None);
+        let config = sluice_core::RoutingConfig { fallback: vec![id.clone()], ..Default::default() };
+        store.put_routing_config(&merchant.id, &config).await.unwrap();
+        let cached = store.routing_config_cached(&merchant.id).await.unwrap().unwrap();
+        assert_eq!((cached.version, &cached.config), (1, &config), "the absence was not kept past the write");
+
+        sqlx::query("UPDATE routing_configs SET version = 7 WHERE merchant_id = $1")
+            .bind(&merchant.id).execute(store.pool()).await.unwrap();
+        assert_eq!(store.routing_config_cached(&merchant.id).await.unwrap().unwrap().version, 1);
+        db.clock.advance(TTL_MS);
+        assert_eq!(store.routing_config_cached(&merchant.id).await.unwrap().unwrap().version, 7,
+            "another instance's replacement is seen once the cache time has passed");
+    }
+}
