@@ -123,7 +123,7 @@ impl World {
 
     /// Every payment's version: it moves with every applied change of the
     /// payment or any of its aggregates and amounts.
-    async fn versions(&self) -> Result<BTreeMap<String, i64>, SimError> {
+    pub(crate) async fn versions(&self) -> Result<BTreeMap<String, i64>, SimError> {
         let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, version FROM payment_orders")
             .fetch_all(self.gw.store.pool())
             .await?;
@@ -131,7 +131,7 @@ impl World {
     }
 
     /// A payment's details, read again only when its version moved.
-    async fn details(
+    pub(crate) async fn details(
         &mut self,
         payment_id: &str,
         versions: &BTreeMap<String, i64>,
@@ -312,6 +312,7 @@ impl World {
         found.extend(self.inbox_duplicates().await?);
         found.extend(self.inbox_left_open().await?);
         found.extend(self.undelivered().await?);
+        found.extend(self.self_approved().await?);
         for what in found {
             self.violation(what);
         }
@@ -435,7 +436,7 @@ fn open_aggregates(
 }
 
 /// Our captured and refunded amounts against the PSP's, per attempt.
-fn ledger_disagreements(
+pub(crate) fn ledger_disagreements(
     name: &str,
     d: &PaymentDetails,
     psp: &BTreeMap<String, sluice_sandbox_psp::Payment>,

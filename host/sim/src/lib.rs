@@ -20,6 +20,7 @@ pub mod fulfillment_check;
 pub mod merchants;
 pub mod net;
 pub mod ops;
+pub mod review;
 pub mod rng;
 pub mod trace;
 pub mod webhooks;
@@ -157,12 +158,26 @@ impl Simulator {
         })
     }
 
+    /// The stack of the thread a seed runs on (reserved, not committed).
+    const SEED_STACK_BYTES: usize = 256 << 20;
+
     /// Runs one seed to its end.
     pub fn run(&self, seed: u64) -> Result<SeedReport, SimError> {
         let db = self.dir.path().join(format!("seed-{seed}.db"));
         std::fs::copy(&self.template, &db)?;
         let runtime = tokio_runtime()?;
-        let report = runtime.block_on(self.run_world(seed, &db));
+        // On a thread of its own with a large stack: a world's future holds
+        // the whole gateway's call chains, megabytes in a debug build, where
+        // a test harness thread has 2 MiB. It inherits the job's core.
+        let report = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name(format!("seed-{seed}"))
+                .stack_size(Self::SEED_STACK_BYTES)
+                .spawn_scoped(scope, || runtime.block_on(self.run_world(seed, &db)))
+                .map_err(SimError::Io)?
+                .join()
+                .map_err(|_| SimError::Setup(format!("seed {seed}: its thread panicked")))?
+        });
         // The killed incarnations' calls hang forever by design; nothing of
         // the world is left to wait for.
         runtime.shutdown_background();
@@ -205,6 +220,13 @@ impl Simulator {
             world
                 .converge(self.options.converge_rounds, self.options.converge_ms)
                 .await?;
+            // The operators' turn: what automation left in review, resolved
+            // by two people from the PSP's record; then automation again.
+            if world.operators_turn().await? {
+                world
+                    .converge(self.options.converge_rounds, self.options.converge_ms)
+                    .await?;
+            }
             world.check_step().await?;
             world.check_converged().await?;
         }

@@ -34,6 +34,7 @@ pub enum Step {
     Publish,
     Crash,
     ConfirmFulfillment,
+    Review,
 }
 
 /// How often each step is drawn (weights).
@@ -54,6 +55,7 @@ const STEPS: &[(u64, Step)] = &[
     (6, Step::Publish),
     (1, Step::Crash),
     (6, Step::ConfirmFulfillment),
+    (4, Step::Review),
 ];
 
 /// Payment method tokens and how often customers use them.
@@ -93,6 +95,7 @@ impl World {
                 self.restart().await
             }
             Step::ConfirmFulfillment => self.confirm_fulfillment().await,
+            Step::Review => self.review().await,
         }
     }
 

@@ -145,6 +145,10 @@ pub struct World {
     pub business: SimBusiness,
     /// How the payments with a business goal ended (at convergence).
     pub fulfillment_outcomes: BTreeMap<String, usize>,
+    /// The two operators' ids (proposer, approver).
+    pub operators: [String; 2],
+    /// Proposals waiting for the second operator.
+    pub proposals: Vec<crate::review::PendingProposal>,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -211,13 +215,27 @@ impl World {
             seen_fulfilled: std::collections::BTreeSet::new(),
             business,
             fulfillment_outcomes: BTreeMap::new(),
+            operators: [String::new(), String::new()],
+            proposals: Vec::new(),
             db_url,
             runtime,
             entropy_seed,
         };
         world.add_tenants().await?;
+        world.add_operators().await?;
         world.set_mode(drawn);
         Ok(world)
+    }
+
+    /// The two people of the review (their keys are not used: the simulator
+    /// acts through the store, below the API's authentication).
+    async fn add_operators(&mut self) -> Result<(), SimError> {
+        let pepper = sluice_store::ApiKeyPepper::new(vec![7u8; 32])?;
+        for (slot, name) in crate::review::OPERATORS.iter().enumerate() {
+            let issued = self.gw.store.create_operator(name, &pepper).await?;
+            self.operators[slot] = issued.operator.id;
+        }
+        Ok(())
     }
 
     /// The process died: drop it and start a new one from the database.
