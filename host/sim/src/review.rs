@@ -53,14 +53,7 @@ impl World {
     /// payment still in review proposed for and decided at once. False when
     /// there was nothing to review (most seeds).
     pub async fn operators_turn(&mut self) -> Result<bool, SimError> {
-        let versions = self.versions().await?;
-        let mut flagged = Vec::new();
-        for payment in self.payments.clone() {
-            let d = self.details(&payment.payment_id, &versions).await?;
-            if d.order.manual_review {
-                flagged.push((payment, d));
-            }
-        }
+        let flagged = self.flagged().await?;
         if flagged.is_empty() && self.proposals.is_empty() {
             return Ok(false);
         }
@@ -77,7 +70,8 @@ impl World {
         Ok(true)
     }
 
-    async fn propose(&mut self) -> Result<(), SimError> {
+    /// The payments in manual review, with their details.
+    async fn flagged(&mut self) -> Result<Vec<(SimPayment, PaymentDetails)>, SimError> {
         let versions = self.versions().await?;
         let mut flagged = Vec::new();
         for payment in self.payments.clone() {
@@ -86,6 +80,11 @@ impl World {
                 flagged.push((payment, d));
             }
         }
+        Ok(flagged)
+    }
+
+    async fn propose(&mut self) -> Result<(), SimError> {
+        let flagged = self.flagged().await?;
         let Some((payment, d)) = self.rng.pick(&flagged).cloned() else {
             return Ok(());
         };
@@ -147,40 +146,12 @@ impl World {
             .store
             .payment_details(None, &pending.payment.payment_id)
             .await?;
-        let store = self.gw.store.clone();
         let approver = self.operators[1].clone();
         let agrees = self.conclusion(&d).as_ref() == Some(&pending.conclusion);
-        // Sometimes the proposer tries to approve their own proposal first.
         if agrees && self.rng.chance(200) {
-            let proposer = self.operators[0].clone();
-            let own = store.approve_proposal(&pending.id, &proposer, None);
-            if let Some(outcome) = self.guarded(own).await? {
-                let line = match outcome {
-                    Err(ReviewError::SameOperator) => "refused: same operator".to_owned(),
-                    // The schema's CHECK would still stop it, but the door
-                    // must refuse first, typed, as the API's 403.
-                    Ok(proposal) => {
-                        let what = format!("approved by its proposer: {}", proposal.status);
-                        self.violation(format!("{}: {what}", pending.payment.name));
-                        what
-                    }
-                    Err(error) => {
-                        let what = review_error(&error);
-                        self.violation(format!(
-                            "{}: a self-approval was not refused as such: {what}",
-                            pending.payment.name
-                        ));
-                        what
-                    }
-                };
-                self.trace.line(format!(
-                    "step review {} self-approve {} -> {line}",
-                    pending.payment.name,
-                    pending.conclusion.outcome.as_str()
-                ));
-            }
+            self.try_self_approval(&pending).await?;
         }
-        // A fresh handle: a kill above restarted the gateway.
+        // A handle taken now: a kill above would have restarted the gateway.
         let store = self.gw.store.clone();
         let decided = if agrees {
             self.guarded(store.approve_proposal(&pending.id, &approver, None))
@@ -201,6 +172,40 @@ impl World {
             if agrees { "approve" } else { "reject" },
             pending.conclusion.outcome.as_str()
         ));
+        Ok(())
+    }
+
+    /// The proposer tries to approve their own proposal: it must be refused
+    /// as such.
+    async fn try_self_approval(&mut self, pending: &PendingProposal) -> Result<(), SimError> {
+        let store = self.gw.store.clone();
+        let proposer = self.operators[0].clone();
+        let own = store.approve_proposal(&pending.id, &proposer, None);
+        if let Some(outcome) = self.guarded(own).await? {
+            let line = match outcome {
+                Err(ReviewError::SameOperator) => "refused: same operator".to_owned(),
+                // The schema's CHECK would still stop it, but the door
+                // must refuse first, typed, as the API's 403.
+                Ok(proposal) => {
+                    let what = format!("approved by its proposer: {}", proposal.status);
+                    self.violation(format!("{}: {what}", pending.payment.name));
+                    what
+                }
+                Err(error) => {
+                    let what = review_error(&error);
+                    self.violation(format!(
+                        "{}: a self-approval was not refused as such: {what}",
+                        pending.payment.name
+                    ));
+                    what
+                }
+            };
+            self.trace.line(format!(
+                "step review {} self-approve {} -> {line}",
+                pending.payment.name,
+                pending.conclusion.outcome.as_str()
+            ));
+        }
         Ok(())
     }
 
