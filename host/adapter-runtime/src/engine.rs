@@ -21,9 +21,15 @@ const VALIDATION_SLOTS: u32 = 2;
 const KEEP_RESIDENT_BYTES: usize = 512 * 1024;
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 * 1024;
 
-pub(crate) fn build_engine(max_concurrent_instances: u32) -> Result<Engine, RuntimeError> {
+/// The pool holds the running calls, the idle warm instances (`warm.rs`) and the
+/// validation slots: a call never finds the pool exhausted by instances at rest.
+pub(crate) fn build_engine(
+    max_concurrent_instances: u32,
+    max_warm_idle: u32,
+) -> Result<Engine, RuntimeError> {
     let slots = max_concurrent_instances
         .max(1)
+        .saturating_add(max_warm_idle)
         .saturating_add(VALIDATION_SLOTS);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)

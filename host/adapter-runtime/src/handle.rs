@@ -11,6 +11,7 @@ use crate::limits::SandboxLimits;
 use crate::output::OutputSize;
 use crate::runtime::{AdapterIdentity, AdapterVersionInfo, LoadedVersion, Shared};
 use crate::sandbox::{CallState, MemoryLimitExceeded};
+use crate::warm::{WarmInstance, WarmKey};
 use crate::{
     AdapterInfo, ConnectorAccountScope, Failure, Header, HttpRequest, HttpResponse,
     OperationContext, PaymentEvent, SettlementLine, WebhookAcceptance, WebhookRejection,
@@ -146,6 +147,7 @@ impl AdapterHandle {
         redact_message(&account.secrets, &mut request.headers, &mut request.body);
         metered_call(
             slot,
+            self.warm_key(&account.account_id),
             &self.shared,
             &self.version.pre,
             &self.version.info.limits,
@@ -156,6 +158,14 @@ impl AdapterHandle {
 
     fn key(&self, account: &str) -> CallKey {
         CallKey::new(self.version.identity.name.clone(), account)
+    }
+
+    /// Calls of this version for `account` may share an instance, no others.
+    fn warm_key(&self, account: &str) -> WarmKey {
+        WarmKey {
+            digest: self.version.identity.digest.clone(),
+            account: account.to_string(),
+        }
     }
 
     fn span(&self, operation: &'static str, account: &str) -> tracing::Span {
@@ -197,9 +207,18 @@ impl AdapterHandle {
         let shared = Arc::clone(&self.shared);
         let version = Arc::clone(&self.version);
         let task_span = span.clone();
+        let warm = self.warm_key(&scope.account_id);
         let joined = tokio::task::spawn_blocking(move || {
             let _entered = task_span.enter();
-            metered_call(slot, &shared, &version.pre, &version.info.limits, scope, f)
+            metered_call(
+                slot,
+                warm,
+                &shared,
+                &version.pre,
+                &version.info.limits,
+                scope,
+                f,
+            )
         })
         .instrument(span)
         .await;
@@ -215,6 +234,7 @@ impl AdapterHandle {
 /// this thread, and whether it ran into its deadline.
 fn metered_call<R, F>(
     slot: SlotGuard,
+    key: WarmKey,
     shared: &Shared,
     pre: &PspAdapterPre<CallState>,
     limits: &SandboxLimits,
@@ -226,7 +246,7 @@ where
     F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
 {
     let timer = CallTimer::start();
-    let result = run_call(shared, pre, limits, scope, f);
+    let result = run_call(shared, pre, limits, scope, Some(key), f);
     slot.finish(Usage {
         cpu: timer.used(),
         deadline_hit: matches!(result, Err(AdapterError::Timeout)),
@@ -234,35 +254,80 @@ where
     result
 }
 
-/// One call in a fresh store: instantiate from the pre-instance, call, capture output,
-/// classify failures, check the output size. The store is dropped on return, whatever
-/// happened, so no state (and no poisoned instance) survives the call.
+/// One call: on a warm instance of the same version and account if one is idle
+/// (`warm.rs`), else on a fresh one from the pre-instance; capture output, classify
+/// failures, check the output size. Only a call that returned normally parks its
+/// instance for the next call of its key; on any failure the store is dropped here,
+/// so no poisoned instance and nothing of a failed call survives it.
 pub(crate) fn run_call<R, F>(
     shared: &Shared,
     pre: &PspAdapterPre<CallState>,
     limits: &SandboxLimits,
     scope: Arc<ConnectorAccountScope>,
+    key: Option<WarmKey>,
     f: F,
 ) -> Result<R, AdapterError>
 where
     R: OutputSize,
     F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
 {
+    let mut instance = match key.as_ref().and_then(|k| shared.warm.take(k)) {
+        Some(mut warm) => {
+            warm.store.data_mut().begin_next_call(limits, scope);
+            arm_deadline(&mut warm.store, shared, limits);
+            warm
+        }
+        None => fresh_instance(shared, pre, limits, scope)?,
+    };
+    let outcome = f(&instance.guest, &mut instance.store)
+        .map_err(|e| classify(&e, instance.store.data(), false));
+    instance.store.data().emit_captured_output();
+    let value = outcome.inspect_err(|e| tracing::warn!(error = %e, "adapter call failed"))?;
+    check_output_size(&value, limits)?;
+    instance.calls = instance.calls.saturating_add(1);
+    if let Some(key) = key {
+        shared.warm.park(key, instance);
+    }
+    Ok(value)
+}
+
+/// A new store with its limits and deadline, instantiated from the pre-instance
+/// (instantiation may run guest code, so the deadline covers it too).
+fn fresh_instance(
+    shared: &Shared,
+    pre: &PspAdapterPre<CallState>,
+    limits: &SandboxLimits,
+    scope: Arc<ConnectorAccountScope>,
+) -> Result<WarmInstance, AdapterError> {
     let state = CallState::new(limits, scope, Arc::clone(&shared.config.clock));
     let mut store = Store::new(&shared.engine, state);
     store.limiter(|state| &mut state.limiter);
+    store.epoch_deadline_trap();
+    arm_deadline(&mut store, shared, limits);
+    match pre.instantiate(&mut store) {
+        Ok(guest) => Ok(WarmInstance {
+            store,
+            guest,
+            calls: 0,
+        }),
+        Err(e) => {
+            let error = classify(&e, store.data(), true);
+            store.data().emit_captured_output();
+            tracing::warn!(error = %error, "adapter call failed");
+            Err(error)
+        }
+    }
+}
+
+/// The call's CPU deadline from now, in epoch ticks.
+fn arm_deadline(store: &mut Store<CallState>, shared: &Shared, limits: &SandboxLimits) {
     store.set_epoch_deadline(deadline_ticks(
         limits.cpu_deadline,
         shared.config.epoch_tick,
     ));
-    store.epoch_deadline_trap();
+}
 
-    let outcome = match pre.instantiate(&mut store) {
-        Ok(guest) => f(&guest, &mut store).map_err(|e| classify(&e, store.data(), false)),
-        Err(e) => Err(classify(&e, store.data(), true)),
-    };
-    store.data().emit_captured_output();
-    let value = outcome.inspect_err(|e| tracing::warn!(error = %e, "adapter call failed"))?;
+fn check_output_size<R: OutputSize>(value: &R, limits: &SandboxLimits) -> Result<(), AdapterError> {
     let size = value.total_size();
     if size > limits.max_output_bytes {
         tracing::warn!(
@@ -275,7 +340,7 @@ where
             limit: limits.max_output_bytes,
         });
     }
-    Ok(value)
+    Ok(())
 }
 
 /// Secret values out of the headers and body of a message bound for a guest.

@@ -6,8 +6,11 @@
 //! can serve, keeps every loaded version with one atomically swappable active version
 //! per adapter, and runs each call in a fresh, throw-away sandbox:
 //!
-//! * a fresh `Store` per call from a pre-instantiated component (pooling allocator),
-//!   discarded after the call, so a trap can never poison a later call;
+//! * a `Store` per call from a pre-instantiated component (pooling allocator); after a
+//!   call that returned normally it is kept warm for the next call of the same version
+//!   for the same connector account only ([`WarmConfig`], `warm.rs`), and after a trap,
+//!   a deadline or a memory-limit hit it is discarded, so a failure never poisons a
+//!   later call and no account's call ever runs in memory another account's call used;
 //! * a memory cap (resource limiter), a CPU deadline (epoch interruption driven by a
 //!   dedicated ticker thread) and a cap on the size of what the call returns;
 //! * deny-all WASI: no files, no network, no environment, no arguments, stdin closed,
@@ -39,6 +42,7 @@ pub mod release;
 mod runtime;
 mod sandbox;
 pub mod testing;
+mod warm;
 
 pub use bindings::sluice::psp::host::LogLevel;
 pub use bindings::sluice::psp::types::{
@@ -56,6 +60,7 @@ pub use keyring::{
 pub use limits::{system_clock_millis, Clock, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE};
 pub use release::{CanaryPolicy, CanaryStatus, Rollout};
 pub use runtime::{AdapterIdentity, AdapterRuntime, AdapterStatus, AdapterVersionInfo};
+pub use warm::{WarmConfig, MAX_WARM_CALLS, MAX_WARM_IDLE};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -2,6 +2,7 @@
 
 use crate::bulkhead::BulkheadConfig;
 use crate::error::LoadError;
+use crate::warm::WarmConfig;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,6 +75,8 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// How the slots and the CPU are shared across (adapter, connector account) keys.
     pub bulkhead: BulkheadConfig,
+    /// Instances kept warm between calls of one version for one account (`warm.rs`).
+    pub warm: WarmConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -85,6 +88,7 @@ impl Default for RuntimeConfig {
             clock: Arc::new(system_clock_millis),
             epoch_tick: Duration::from_millis(10),
             bulkhead: BulkheadConfig::default(),
+            warm: WarmConfig::default(),
         }
     }
 }
@@ -97,6 +101,7 @@ impl fmt::Debug for RuntimeConfig {
             .field("max_concurrent_instances", &self.max_concurrent_instances)
             .field("epoch_tick", &self.epoch_tick)
             .field("bulkhead", &self.bulkhead)
+            .field("warm", &self.warm)
             .finish_non_exhaustive()
     }
 }

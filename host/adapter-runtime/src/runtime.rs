@@ -9,6 +9,7 @@ use crate::handle::{run_call, AdapterHandle};
 use crate::limits::{RuntimeConfig, SandboxLimits};
 use crate::release::{CanaryPolicy, CanaryStatus, Rollout};
 use crate::sandbox::CallState;
+use crate::warm::WarmPool;
 use crate::{AdapterInfo, ConnectorAccountScope, CONTRACT_INTERFACE, SUPPORTED_CONTRACT};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
@@ -166,6 +167,8 @@ pub(crate) struct Shared {
     pub(crate) config: RuntimeConfig,
     /// The instance slots, shared fairly across (adapter, account) keys.
     pub(crate) slots: Arc<Bulkhead>,
+    /// Idle instances of finished calls, per (version, account).
+    pub(crate) warm: WarmPool,
     cache: Option<CompileCache>,
     /// Readers (every call) load this without locking; writers replace it whole.
     registry: ArcSwap<Registry>,
@@ -190,7 +193,8 @@ impl AdapterRuntime {
             .validate()
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
         config.bulkhead.validate()?;
-        let engine = build_engine(config.max_concurrent_instances)?;
+        config.warm.validate().map_err(RuntimeError::Engine)?;
+        let engine = build_engine(config.max_concurrent_instances, config.warm.max_idle)?;
         let linker = build_linker(&engine)?;
         let cache = match &config.cache_dir {
             Some(dir) => Some(CompileCache::open(dir, &engine)?),
@@ -203,6 +207,7 @@ impl AdapterRuntime {
                 engine,
                 linker,
                 slots: Arc::new(Bulkhead::new(permits, config.bulkhead)),
+                warm: WarmPool::new(config.warm),
                 config,
                 cache,
                 registry: ArcSwap::from_pointee(Registry::new()),
@@ -352,6 +357,11 @@ impl AdapterRuntime {
     pub fn active(&self, name: &str) -> Option<AdapterHandle> {
         let version = self.slot(name)?.active.clone()?;
         Some(AdapterHandle::new(Arc::clone(&self.shared), version))
+    }
+
+    /// Instances at rest between calls, kept warm for their (version, account).
+    pub fn warm_idle(&self) -> usize {
+        self.shared.warm.idle_len()
     }
 
     /// A handle on a specific loaded version, active or not.
@@ -573,7 +583,7 @@ impl AdapterRuntime {
                 .name("sluice-adapter-validate".into())
                 .spawn_scoped(s, || {
                     let _entered = span.enter();
-                    run_call(shared, pre, limits, scope, |guest, store| {
+                    run_call(shared, pre, limits, scope, None, |guest, store| {
                         guest.sluice_psp_adapter().call_describe(store)
                     })
                 })

@@ -50,6 +50,31 @@ impl CallState {
         }
     }
 
+    /// Readies a warm instance's state for its next call: this call's scope (the
+    /// account's credentials may have rotated since), fresh log and output budgets.
+    /// The memory limiter keeps its total: the guest's memory is what it was.
+    pub(crate) fn begin_next_call(
+        &mut self,
+        limits: &SandboxLimits,
+        scope: Arc<ConnectorAccountScope>,
+    ) {
+        debug_assert_eq!(
+            scope.account_id, self.scope.account_id,
+            "a warm instance never changes account"
+        );
+        self.scope = scope;
+        self.log_budget = limits.max_log_bytes;
+        self.logs_dropped = 0;
+        let _ = self.stdout.take();
+        let _ = self.stderr.take();
+    }
+
+    /// Whether the store may serve another call of the same account: the memory cap
+    /// was never hit and the guest left no WASI resource open.
+    pub(crate) fn reusable(&self) -> bool {
+        !self.limiter.hit && self.table.is_empty()
+    }
+
     /// Sends what the call wrote to stdout/stderr, and how much was dropped, to tracing:
     /// one event per stream, so a call cannot multiply log events by printing short
     /// lines. Runs inside the call's span (adapter name, version, digest).

@@ -6,7 +6,7 @@ use common::*;
 use sluice_adapter_runtime::bulkhead::MAX_CPU_BUDGET_MS;
 use sluice_adapter_runtime::{
     AdapterError, AdapterRuntime, BulkheadConfig, ConnectorAccountScope, EventKind, EvidenceSource,
-    HttpResponse, RuntimeConfig, SandboxLimits, WebhookRejection,
+    HttpResponse, RuntimeConfig, SandboxLimits, WarmConfig, WebhookRejection,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -539,12 +539,22 @@ fn stdout_flood_is_capped_and_the_call_still_succeeds() {
     );
 }
 
-/// Pooled instance slots keep some memory resident between calls (engine.rs); what a call
-/// leaves there must never reach the next one. `test-exfiltrate` keeps what each call was
-/// handed in a static and writes what it finds there into every output.
+/// Pooled instance slots keep some memory resident between calls (engine.rs); with warm
+/// instances off, what a call leaves there must never reach the next one, whoever's it is.
+/// `test-exfiltrate` keeps what each call was handed in a static and writes what it finds
+/// there into every output. (With warm instances on, `tests/warm.rs` proves the weaker
+/// rule that holds then: never across accounts.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_call_sees_what_an_earlier_call_of_another_account_left_in_the_adapter_s_memory() {
-    let rt = runtime_with(&["test-exfiltrate"]);
+async fn with_warm_instances_off_no_call_sees_what_any_earlier_call_left_in_the_adapter_s_memory() {
+    let rt = AdapterRuntime::new(RuntimeConfig {
+        warm: WarmConfig {
+            max_idle: 0,
+            ..WarmConfig::default()
+        },
+        ..config()
+    })
+    .expect("runtime");
+    load(&rt, "test-exfiltrate", None);
     let adapter = rt.active("test-exfiltrate").expect("active");
     let first = account("acct_first", "sk_first", "whsec_first");
     let second = account("acct_second", "sk_second", "whsec_second");

@@ -143,9 +143,25 @@ pub struct BulkheadSettings {
     pub adapter_deadline_burst_ms: Option<u64>,
     /// ... and gets back per second.
     pub adapter_deadline_refill_ms_per_sec: Option<u64>,
+    /// Instances kept warm between calls of one (adapter version, account), in all;
+    /// 0 gives every call a fresh instance.
+    pub warm_instances: Option<u32>,
+    /// Calls one warm instance serves before it is replaced.
+    pub warm_instance_calls: Option<u32>,
 }
 
 impl BulkheadSettings {
+    /// The runtime's warm-instance configuration: these settings over `base`.
+    pub fn warm_over(
+        &self,
+        base: sluice_adapter_runtime::WarmConfig,
+    ) -> sluice_adapter_runtime::WarmConfig {
+        sluice_adapter_runtime::WarmConfig {
+            max_idle: self.warm_instances.unwrap_or(base.max_idle),
+            max_calls: self.warm_instance_calls.unwrap_or(base.max_calls),
+        }
+    }
+
     /// The runtime's configuration: these settings over `base`.
     pub fn over(
         &self,
@@ -805,6 +821,7 @@ mod tests {
             slots = 32
             key_share_percent = 10
             max_wait_ms = 250
+            warm_instances = 0
         "#;
         let config = Config::from_parts(Some((text, Path::new("s.toml"))), no_env).unwrap();
         assert_eq!(config.bulkhead.slots, Some(32));
@@ -812,6 +829,14 @@ mod tests {
         let runtime = config.bulkhead.over(base);
         assert_eq!(runtime.key_share_percent, 10);
         assert_eq!(runtime.max_wait, Duration::from_millis(250));
+        let warm = config
+            .bulkhead
+            .warm_over(sluice_adapter_runtime::WarmConfig::default());
+        assert_eq!(warm.max_idle, 0, "reuse turned off");
+        assert_eq!(
+            warm.max_calls,
+            sluice_adapter_runtime::WarmConfig::default().max_calls
+        );
         assert_eq!(runtime.cpu_refill_ms_per_sec, base.cpu_refill_ms_per_sec);
         let typo = "[bulkhead]\nkey_share = 10\n";
         assert!(Config::from_parts(Some((typo, Path::new("s.toml"))), no_env).is_err());

@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sluice_adapter_runtime::{AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits};
+use sluice_adapter_runtime::{
+    AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits, WarmConfig,
+};
 use sluice_store::{SecretBox, Store, StoreError, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -168,6 +170,7 @@ pub async fn start(
             .slots
             .unwrap_or(RuntimeConfig::default().max_concurrent_instances),
         bulkhead: config.bulkhead.over(BulkheadConfig::default()),
+        warm: config.bulkhead.warm_over(WarmConfig::default()),
         ..RuntimeConfig::default()
     })?;
     let adapters = Arc::new(AdapterManager::new(runtime, config));
