@@ -8,7 +8,7 @@
 //!   through the runtime: fresh store from the pre-instance, limits, host imports,
 //!   lifting the result, output size check; on the calling thread.
 //! * `webhook_2kb/sandboxed_async`: the real `AdapterHandle::handle_webhook` path, which
-//!   adds the concurrency permit and the hop to tokio's blocking pool.
+//!   adds the bulkhead slot and runs the guest on a fiber in the calling task.
 //! * `load/cold` and `load/warm`: `AdapterRuntime::load` compiling from scratch versus
 //!   reading the compile cache (a restart).
 //!
@@ -266,7 +266,7 @@ fn print_medians(f: &Fixture, tokio_rt: &tokio::runtime::Runtime) {
         ratio(via_async)
     );
     println!(
-        "  describe (async handle)   {describe:>10.2?}  (fixed cost of a call: store, instance, WASI context, thread hop)"
+        "  describe (async handle)   {describe:>10.2?}  (fixed cost of a call: slot, warm store, fiber, lifting)"
     );
     // One line for `cargo xtask bench` to read.
     let us = |d: Duration| d.as_secs_f64() * 1e6;

@@ -36,6 +36,8 @@ pub(crate) fn build_engine(
         .total_core_instances(slots.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
         .total_memories(slots.saturating_mul(MAX_MEMORIES_PER_COMPONENT))
         .total_tables(slots.saturating_mul(MAX_TABLES_PER_COMPONENT))
+        // A store keeps its fiber stack between calls: one per instance slot.
+        .total_stacks(slots)
         .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
         .max_tables_per_component(MAX_TABLES_PER_COMPONENT)

@@ -1,13 +1,14 @@
-//! Calls into one adapter version, each in a fresh sandbox.
+//! Calls into one adapter version, each in its own sandbox (fresh, or warm from an
+//! earlier call of the same version and connector account: `warm.rs`).
 
-use crate::bindings::{PspAdapter, PspAdapterPre};
-use crate::bulkhead::cpu::CallTimer;
-use crate::bulkhead::pool::{CallKey, Usage};
-use crate::bulkhead::SlotGuard;
+use crate::bindings::PspAdapterPre;
+use crate::bulkhead::pool::CallKey;
+use crate::calls::{self, GuestCall};
 use crate::engine::deadline_ticks;
 use crate::error::{describe_wasm_error, AdapterError};
 use crate::keyring::Keyring;
 use crate::limits::SandboxLimits;
+use crate::metered::Metered;
 use crate::output::OutputSize;
 use crate::runtime::{AdapterIdentity, AdapterVersionInfo, LoadedVersion, Shared};
 use crate::sandbox::{CallState, MemoryLimitExceeded};
@@ -19,7 +20,7 @@ use crate::{
 };
 use std::sync::Arc;
 use tracing::Instrument;
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 /// A snapshot of one adapter version. Cheap to clone; calls through it keep using this
 /// version even after another one is activated.
@@ -56,10 +57,7 @@ impl AdapterHandle {
 
     pub async fn describe(&self) -> Result<AdapterInfo, AdapterError> {
         let scope = Arc::new(ConnectorAccountScope::default());
-        self.call("describe", scope, |g, store| {
-            g.sluice_psp_adapter().call_describe(store)
-        })
-        .await
+        self.call("describe", scope, calls::Describe).await
     }
 
     /// The request as the adapter built it, credential placeholders and all: the host
@@ -73,7 +71,7 @@ impl AdapterHandle {
         self.call(
             "build-request",
             Arc::new(account.clone()),
-            move |g, store| g.sluice_psp_adapter().call_build_request(store, &ctx),
+            calls::BuildRequest(ctx),
         )
         .await
     }
@@ -91,10 +89,7 @@ impl AdapterHandle {
         self.call(
             "parse-response",
             Arc::new(account.clone()),
-            move |g, store| {
-                g.sluice_psp_adapter()
-                    .call_parse_response(store, &ctx, &response)
-            },
+            calls::ParseResponse(ctx, response),
         )
         .await
     }
@@ -108,7 +103,7 @@ impl AdapterHandle {
         self.call(
             "handle-webhook",
             Arc::new(account.clone()),
-            move |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
+            calls::HandleWebhook(request),
         )
         .await
     }
@@ -124,7 +119,7 @@ impl AdapterHandle {
         self.call(
             "parse-settlement",
             Arc::new(account.clone()),
-            move |g, store| g.sluice_psp_adapter().call_parse_settlement(store, &report),
+            calls::ParseSettlement(report),
         )
         .await
     }
@@ -145,15 +140,15 @@ impl AdapterHandle {
         )?;
         let mut request = request.clone();
         redact_message(&account.secrets, &mut request.headers, &mut request.body);
-        metered_call(
-            slot,
-            self.warm_key(&account.account_id),
+        let call = run_call(
             &self.shared,
             &self.version.pre,
             &self.version.info.limits,
             Arc::new(account.clone()),
-            |g, store| g.sluice_psp_adapter().call_handle_webhook(store, &request),
-        )
+            Some(self.warm_key(&account.account_id)),
+            calls::HandleWebhook(request),
+        );
+        futures::executor::block_on(Metered::new(slot, call))
     }
 
     fn key(&self, account: &str) -> CallKey {
@@ -181,19 +176,16 @@ impl AdapterHandle {
     }
 
     /// Waits (bounded) for an instance slot of the call's (adapter, account) share,
-    /// then runs the call on tokio's blocking pool so a guest burning CPU until its
-    /// deadline never holds an async worker thread. A call that gets no slot in time,
-    /// or whose key is over its CPU budget, is shed: it never ran.
-    async fn call<R, F>(
+    /// then runs the guest on this task, on a fiber: between epoch ticks it yields to
+    /// the scheduler (`arm_deadline`), so a guest burning CPU until its deadline holds a
+    /// worker thread for one tick at a time, never for the whole deadline. A call that
+    /// gets no slot in time, or whose key is over its CPU budget, is shed: it never ran.
+    async fn call<C: GuestCall>(
         &self,
         operation: &'static str,
         scope: Arc<ConnectorAccountScope>,
-        f: F,
-    ) -> Result<R, AdapterError>
-    where
-        R: OutputSize + Send + 'static,
-        F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R> + Send + 'static,
-    {
+        call: C,
+    ) -> Result<C::Output, AdapterError> {
         let span = self.span(operation, &scope.account_id);
         let slot = self
             .shared
@@ -204,54 +196,17 @@ impl AdapterHandle {
             )
             .instrument(span.clone())
             .await?;
-        let shared = Arc::clone(&self.shared);
-        let version = Arc::clone(&self.version);
-        let task_span = span.clone();
         let warm = self.warm_key(&scope.account_id);
-        let joined = tokio::task::spawn_blocking(move || {
-            let _entered = task_span.enter();
-            metered_call(
-                slot,
-                warm,
-                &shared,
-                &version.pre,
-                &version.info.limits,
-                scope,
-                f,
-            )
-        })
-        .instrument(span)
-        .await;
-        joined.unwrap_or_else(|e| {
-            Err(AdapterError::Internal(format!(
-                "adapter call task failed: {e}"
-            )))
-        })
+        let run = run_call(
+            &self.shared,
+            &self.version.pre,
+            &self.version.info.limits,
+            scope,
+            Some(warm),
+            call,
+        );
+        Metered::new(slot, run).instrument(span).await
     }
-}
-
-/// [`run_call`] in a held slot, charging the key with the CPU time the call used on
-/// this thread, and whether it ran into its deadline.
-fn metered_call<R, F>(
-    slot: SlotGuard,
-    key: WarmKey,
-    shared: &Shared,
-    pre: &PspAdapterPre<CallState>,
-    limits: &SandboxLimits,
-    scope: Arc<ConnectorAccountScope>,
-    f: F,
-) -> Result<R, AdapterError>
-where
-    R: OutputSize,
-    F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
-{
-    let timer = CallTimer::start();
-    let result = run_call(shared, pre, limits, scope, Some(key), f);
-    slot.finish(Usage {
-        cpu: timer.used(),
-        deadline_hit: matches!(result, Err(AdapterError::Timeout)),
-    });
-    result
 }
 
 /// One call: on a warm instance of the same version and account if one is idle
@@ -259,27 +214,25 @@ where
 /// failures, check the output size. Only a call that returned normally parks its
 /// instance for the next call of its key; on any failure the store is dropped here,
 /// so no poisoned instance and nothing of a failed call survives it.
-pub(crate) fn run_call<R, F>(
+pub(crate) async fn run_call<C: GuestCall>(
     shared: &Shared,
     pre: &PspAdapterPre<CallState>,
     limits: &SandboxLimits,
     scope: Arc<ConnectorAccountScope>,
     key: Option<WarmKey>,
-    f: F,
-) -> Result<R, AdapterError>
-where
-    R: OutputSize,
-    F: FnOnce(&PspAdapter, &mut Store<CallState>) -> wasmtime::Result<R>,
-{
+    call: C,
+) -> Result<C::Output, AdapterError> {
     let mut instance = match key.as_ref().and_then(|k| shared.warm.take(k)) {
         Some(mut warm) => {
             warm.store.data_mut().begin_next_call(limits, scope);
             arm_deadline(&mut warm.store, shared, limits);
             warm
         }
-        None => fresh_instance(shared, pre, limits, scope)?,
+        None => fresh_instance(shared, pre, limits, scope).await?,
     };
-    let outcome = f(&instance.guest, &mut instance.store)
+    let outcome = call
+        .run(&instance.guest, &mut instance.store)
+        .await
         .map_err(|e| classify(&e, instance.store.data(), false));
     instance.store.data().emit_captured_output();
     let value = outcome.inspect_err(|e| tracing::warn!(error = %e, "adapter call failed"))?;
@@ -293,7 +246,7 @@ where
 
 /// A new store with its limits and deadline, instantiated from the pre-instance
 /// (instantiation may run guest code, so the deadline covers it too).
-fn fresh_instance(
+async fn fresh_instance(
     shared: &Shared,
     pre: &PspAdapterPre<CallState>,
     limits: &SandboxLimits,
@@ -302,9 +255,8 @@ fn fresh_instance(
     let state = CallState::new(limits, scope, Arc::clone(&shared.config.clock));
     let mut store = Store::new(&shared.engine, state);
     store.limiter(|state| &mut state.limiter);
-    store.epoch_deadline_trap();
     arm_deadline(&mut store, shared, limits);
-    match pre.instantiate(&mut store) {
+    match pre.instantiate_async(&mut store).await {
         Ok(guest) => Ok(WarmInstance {
             store,
             guest,
@@ -319,12 +271,21 @@ fn fresh_instance(
     }
 }
 
-/// The call's CPU deadline from now, in epoch ticks.
+/// The call's CPU deadline from now, in epoch ticks. At every tick the guest yields
+/// to the async scheduler (unless the runtime is configured not to, as the
+/// deterministic simulator is), and at the last one it is interrupted.
 fn arm_deadline(store: &mut Store<CallState>, shared: &Shared, limits: &SandboxLimits) {
-    store.set_epoch_deadline(deadline_ticks(
-        limits.cpu_deadline,
-        shared.config.epoch_tick,
-    ));
+    let mut ticks_left = deadline_ticks(limits.cpu_deadline, shared.config.epoch_tick);
+    let yield_on_tick = shared.config.yield_on_tick;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        ticks_left = ticks_left.saturating_sub(1);
+        Ok(match ticks_left {
+            0 => UpdateDeadline::Interrupt,
+            _ if yield_on_tick => UpdateDeadline::Yield(1),
+            _ => UpdateDeadline::Continue(1),
+        })
+    });
 }
 
 fn check_output_size<R: OutputSize>(value: &R, limits: &SandboxLimits) -> Result<(), AdapterError> {

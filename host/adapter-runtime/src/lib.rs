@@ -20,23 +20,26 @@
 //!   secret ever enters the sandbox (contract `sluice:psp@0.2.0`). Secret values are
 //!   redacted from the PSP responses, webhooks and contexts handed to a guest.
 //!
-//! Calls are `async` but run the guest on tokio's blocking pool (`spawn_blocking`), so
-//! a guest spinning until its deadline never occupies an async worker thread, and the
-//! number of concurrently running guests is bounded by
-//! [`RuntimeConfig::max_concurrent_instances`], shared fairly across (adapter,
-//! connector account) keys with a CPU budget per key ([`bulkhead`]): a call that
-//! cannot get its share in time is shed ([`AdapterError::Shed`]) instead of waiting
-//! behind another tenant. Synchronous wasmtime (no fibers) keeps
-//! each call to one plain function call on one thread.
+//! Calls are `async`: the guest runs on a wasmtime fiber inside the calling task (no
+//! hop to another thread), and yields to the scheduler at every epoch tick
+//! ([`RuntimeConfig::yield_on_tick`]), so a guest spinning until its deadline holds a
+//! worker thread for one tick at a time, never for the whole deadline. The number of
+//! concurrently running guests is bounded by [`RuntimeConfig::max_concurrent_instances`],
+//! shared fairly across (adapter, connector account) keys with a CPU budget per key
+//! ([`bulkhead`]), charged with the thread CPU time of every poll of the call: a call
+//! that cannot get its share in time is shed ([`AdapterError::Shed`]) instead of
+//! waiting behind another tenant.
 
 mod bindings;
 pub mod bulkhead;
 mod cache;
+mod calls;
 mod engine;
 mod error;
 mod handle;
 mod keyring;
 mod limits;
+mod metered;
 mod output;
 pub mod release;
 mod runtime;

@@ -75,6 +75,10 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// How the slots and the CPU are shared across (adapter, connector account) keys.
     pub bulkhead: BulkheadConfig,
+    /// Whether a running guest yields to the async scheduler at every epoch tick (so it
+    /// holds a worker thread for at most one tick at a time). Off only where nothing may
+    /// depend on wall-clock timing, i.e. the deterministic simulator.
+    pub yield_on_tick: bool,
     /// Instances kept warm between calls of one version for one account (`warm.rs`).
     pub warm: WarmConfig,
 }
@@ -88,6 +92,7 @@ impl Default for RuntimeConfig {
             clock: Arc::new(system_clock_millis),
             epoch_tick: Duration::from_millis(10),
             bulkhead: BulkheadConfig::default(),
+            yield_on_tick: true,
             warm: WarmConfig::default(),
         }
     }
@@ -101,6 +106,7 @@ impl fmt::Debug for RuntimeConfig {
             .field("max_concurrent_instances", &self.max_concurrent_instances)
             .field("epoch_tick", &self.epoch_tick)
             .field("bulkhead", &self.bulkhead)
+            .field("yield_on_tick", &self.yield_on_tick)
             .field("warm", &self.warm)
             .finish_non_exhaustive()
     }

@@ -583,9 +583,14 @@ impl AdapterRuntime {
                 .name("sluice-adapter-validate".into())
                 .spawn_scoped(s, || {
                     let _entered = span.enter();
-                    run_call(shared, pre, limits, scope, None, |guest, store| {
-                        guest.sluice_psp_adapter().call_describe(store)
-                    })
+                    futures::executor::block_on(run_call(
+                        shared,
+                        pre,
+                        limits,
+                        scope,
+                        None,
+                        crate::calls::Describe,
+                    ))
                 })
                 .map_err(|e| {
                     AdapterError::Internal(format!("cannot start validation thread: {e}"))
@@ -600,7 +605,7 @@ impl AdapterRuntime {
 
 fn build_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
     let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| RuntimeError::Engine(format!("cannot link WASI: {e:?}")))?;
     PspAdapter::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
         .map_err(|e| RuntimeError::Engine(format!("cannot link host imports: {e:?}")))?;

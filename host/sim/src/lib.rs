@@ -133,6 +133,9 @@ impl Simulator {
                 ..SandboxLimits::default()
             },
             bulkhead: wide_open_bulkhead(),
+            // A guest yielding at a wall-clock tick would let another of the seed's
+            // futures run at a point that differs between a run and its replay.
+            yield_on_tick: false,
             ..RuntimeConfig::default()
         })
         .map_err(|e| SimError::Setup(e.to_string()))?;
