@@ -110,6 +110,8 @@ impl World {
         found.extend(self.psp_violations());
         found.extend(self.beyond_requests(&all));
         found.extend(self.fulfillment_violations(&all, false));
+        found.extend(self.manual_refund_violations(&all, false));
+        found.extend(self.operator_resolution_violations(&all));
         found.extend(self.business_refusals());
         if self.ingests != self.ingests_checked {
             self.ingests_checked = self.ingests;
@@ -193,8 +195,9 @@ impl World {
 
     /// The PSP never moved more than the merchants asked for: per payment,
     /// refunds within the sum of its distinct refund requests (one per
-    /// Idempotency-Key, however often retried), captures of a manual-capture
-    /// payment within the sum of its distinct capture requests.
+    /// Idempotency-Key, however often retried) and of the manual refunds two
+    /// operators approved, captures of a manual-capture payment within the
+    /// sum of its distinct capture requests.
     fn beyond_requests(&self, all: &[(SimPayment, PaymentDetails)]) -> Vec<String> {
         let psp = self.psp_by_reference();
         let mut found = Vec::new();
@@ -226,9 +229,10 @@ impl World {
                     .map(|r| r.amount.amount_minor)
                     .sum(),
             };
-            if refunded > asked(KeyedOp::Refund) + compensation {
+            let (_, manual) = self.manual_refunds_of(&payment.payment_id);
+            if refunded > asked(KeyedOp::Refund) + compensation + manual {
                 found.push(format!(
-                    "{}: the PSP refunded {refunded}, the merchant asked for {} in its distinct refund requests (and compensation allows {compensation})",
+                    "{}: the PSP refunded {refunded}, the merchant asked for {} in its distinct refund requests (and compensation allows {compensation}, the operators' manual refunds {manual})",
                     payment.name,
                     asked(KeyedOp::Refund)
                 ));
@@ -306,6 +310,8 @@ impl World {
             all.push((payment, d));
         }
         found.extend(self.fulfillment_violations(&all, true));
+        found.extend(self.manual_refund_violations(&all, true));
+        found.extend(self.operator_resolution_violations(&all));
         self.fulfillment_outcomes = fulfillment_outcomes(&all);
         self.trace
             .line(fulfillment_summary(&self.fulfillment_outcomes));

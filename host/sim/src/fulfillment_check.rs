@@ -79,7 +79,14 @@ impl World {
         let mut found = Vec::new();
         for (payment, d) in all {
             if let Some(why) = self.granted(payment, d) {
-                found.extend(refunded_while_granted(payment, d, &psp_refunds, why));
+                let manual = self.manual_refunds_of(&payment.payment_id);
+                found.extend(refunded_while_granted(
+                    payment,
+                    d,
+                    &psp_refunds,
+                    why,
+                    manual,
+                ));
             }
             found.extend(compensated_more_than_once(
                 &payment.name,
@@ -121,13 +128,17 @@ impl World {
 }
 
 /// A granted payment: no compensation refund, and only the merchant's own
-/// refunds (one reference per Idempotency-Key) within what it asked.
+/// refunds (one reference per Idempotency-Key) within what it asked, and the
+/// manual refunds two operators approved (`manual`: their refund ids and
+/// sum), which are after-sales, not automation.
 fn refunded_while_granted(
     payment: &SimPayment,
     d: &PaymentDetails,
     psp_refunds: &BTreeMap<String, Vec<(RefundStatus, i64)>>,
     why: &str,
+    manual: (BTreeSet<&str>, i64),
 ) -> Vec<String> {
+    let (manual_ids, manual_sum) = manual;
     let name = &payment.name;
     let mut found = Vec::new();
     for r in compensation_refunds(d) {
@@ -157,7 +168,7 @@ fn refunded_while_granted(
     let unasked = d
         .refunds
         .iter()
-        .filter(|r| !asked.contains_key(&r.reference))
+        .filter(|r| !asked.contains_key(&r.reference) && !manual_ids.contains(r.id.as_str()))
         .count();
     if unasked > 0 {
         found.push(format!(
@@ -165,10 +176,10 @@ fn refunded_while_granted(
         ));
     }
     let a = &d.amounts;
-    let total: i64 = asked.values().sum();
+    let total: i64 = asked.values().sum::<i64>() + manual_sum;
     if a.refunded_minor + a.refund_reserved_minor > total {
         found.push(format!(
-            "{name}: fulfilled ({why}) yet refunded {} + reserved {} > the {total} the merchant asked for",
+            "{name}: fulfilled ({why}) yet refunded {} + reserved {} > the {total} the merchant and the operators asked for",
             a.refunded_minor, a.refund_reserved_minor
         ));
     }

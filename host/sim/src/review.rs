@@ -8,6 +8,10 @@
 //! moved past is refused as stale, the same person cannot decide their own
 //! proposal, an approved outcome goes through the door once, and afterwards
 //! our records still agree with the PSP's ledger (the convergence check).
+//!
+//! Besides the open items, the operators issue manual refunds
+//! (`manual_refund.rs`) and resolve fulfillments frozen in `manual_review`
+//! from the merchant's own truth (`review_fulfillment.rs`).
 
 use std::collections::BTreeMap;
 
@@ -27,6 +31,9 @@ pub struct PendingProposal {
     pub id: String,
     pub payment: SimPayment,
     pub conclusion: Conclusion,
+    /// The payment's version the store recorded with the proposal: an
+    /// approval of a payment that moved since must be refused as stale.
+    pub payment_version: i64,
 }
 
 /// What the PSP's record says should be true of the payment's open item.
@@ -35,7 +42,23 @@ pub struct Conclusion {
     pub outcome: ReviewOutcome,
     pub target_id: Option<String>,
     pub psp_reference: Option<String>,
+    /// `psp_dashboard` for the open items; the compensation reason of a
+    /// fulfillment compensation; why a manual refund is issued.
+    pub reason_code: &'static str,
+    /// For a manual refund: the amount.
+    pub amount: Option<i64>,
 }
+
+/// The reason code of a conclusion read on the PSP's record.
+const PSP_DASHBOARD: &str = "psp_dashboard";
+
+/// How often an operator step issues a manual refund instead of working the
+/// review queue (per mille).
+const MANUAL_REFUND_PER_MILLE: u64 = 300;
+
+/// How many seeds of a thousand end with the operators issuing a manual
+/// refund after convergence (each costs a second convergence).
+const MANUAL_REFUND_AFTER_CONVERGENCE_PER_MILLE: u64 = 300;
 
 impl World {
     /// An operator step: decide a waiting proposal, or propose for a payment
@@ -46,15 +69,21 @@ impl World {
             let pending = self.proposals.remove(index);
             return self.decide(pending).await;
         }
+        if self.rng.chance(MANUAL_REFUND_PER_MILLE) {
+            return self.propose_manual_refund().await;
+        }
         self.propose().await
     }
 
     /// Once faults stopped: every waiting proposal decided, then every
-    /// payment still in review proposed for and decided at once. False when
-    /// there was nothing to review (most seeds).
+    /// payment still in review proposed for and decided at once, and now
+    /// and then a manual refund proposed and decided (with nothing else
+    /// moving, its approval meets no stale check: the amount decides). False
+    /// when there was nothing to do (most seeds).
     pub async fn operators_turn(&mut self) -> Result<bool, SimError> {
         let flagged = self.flagged().await?;
-        if flagged.is_empty() && self.proposals.is_empty() {
+        let refund = self.rng.chance(MANUAL_REFUND_AFTER_CONVERGENCE_PER_MILLE);
+        if flagged.is_empty() && self.proposals.is_empty() && !refund {
             return Ok(false);
         }
         self.trace.line("operators: review what automation left");
@@ -64,19 +93,23 @@ impl World {
         for (payment, d) in flagged {
             self.propose_for(payment, &d).await?;
         }
+        if refund {
+            self.propose_manual_refund().await?;
+        }
         for pending in std::mem::take(&mut self.proposals) {
             self.decide(pending).await?;
         }
         Ok(true)
     }
 
-    /// The payments in manual review, with their details.
+    /// The payments in manual review (the payment flagged, or its
+    /// fulfillment frozen), with their details.
     async fn flagged(&mut self) -> Result<Vec<(SimPayment, PaymentDetails)>, SimError> {
         let versions = self.versions().await?;
         let mut flagged = Vec::new();
         for payment in self.payments.clone() {
             let d = self.details(&payment.payment_id, &versions).await?;
-            if d.order.manual_review {
+            if d.order.manual_review || crate::review_fulfillment::frozen(&d) {
                 flagged.push((payment, d));
             }
         }
@@ -96,20 +129,37 @@ impl World {
         payment: SimPayment,
         d: &PaymentDetails,
     ) -> Result<(), SimError> {
-        let Some(conclusion) = self.conclusion(d) else {
+        let Some(conclusion) = self.conclude(&payment, d) else {
             self.trace.line(format!(
                 "step review {}: the PSP's record decides nothing yet",
                 payment.name
             ));
             return Ok(());
         };
+        self.submit(payment, conclusion).await
+    }
+
+    /// What an operator concludes for a payment in review: the payment's
+    /// open item from the PSP's record first; else, for a frozen
+    /// fulfillment, the merchant's own truth.
+    fn conclude(&self, payment: &SimPayment, d: &PaymentDetails) -> Option<Conclusion> {
+        let open_item = d.order.manual_review.then(|| self.conclusion(d)).flatten();
+        open_item.or_else(|| self.fulfillment_conclusion(payment, d))
+    }
+
+    /// The first operator records the proposal.
+    pub(crate) async fn submit(
+        &mut self,
+        payment: SimPayment,
+        conclusion: Conclusion,
+    ) -> Result<(), SimError> {
         let new = NewProposal {
             payment_id: payment.payment_id.clone(),
             outcome: conclusion.outcome,
             target_id: conclusion.target_id.clone(),
-            reason_code: "psp_dashboard".into(),
+            reason_code: conclusion.reason_code.into(),
             evidence_note: "read on the PSP's own record".into(),
-            amount_minor: None,
+            amount_minor: conclusion.amount,
             psp_reference: conclusion.psp_reference.clone(),
             proposed_by: self.operators[0].clone(),
         };
@@ -125,21 +175,24 @@ impl World {
                     id: proposal.id,
                     payment: payment.clone(),
                     conclusion: conclusion.clone(),
+                    payment_version: proposal.payment_version,
                 });
                 "proposed".to_owned()
             }
             Err(error) => review_error(&error),
         };
         self.trace.line(format!(
-            "step review {} propose {} -> {line}",
+            "step review {} propose {}{} -> {line}",
             payment.name,
-            conclusion.outcome.as_str()
+            conclusion.outcome.as_str(),
+            detail(&conclusion)
         ));
         Ok(())
     }
 
-    /// The second operator reads the PSP's record again: the same conclusion
-    /// is approved, anything else rejected.
+    /// The second operator reads the PSP's record (or the merchant's truth)
+    /// again: the same conclusion is approved, anything else rejected. What
+    /// an approval must have done is checked at once.
     async fn decide(&mut self, pending: PendingProposal) -> Result<(), SimError> {
         let d = self
             .gw
@@ -147,7 +200,7 @@ impl World {
             .payment_details(None, &pending.payment.payment_id)
             .await?;
         let approver = self.operators[1].clone();
-        let agrees = self.conclusion(&d).as_ref() == Some(&pending.conclusion);
+        let agrees = self.still_holds(&pending, &d);
         if agrees && self.rng.chance(200) {
             self.try_self_approval(&pending).await?;
         }
@@ -161,18 +214,40 @@ impl World {
             self.guarded(store.reject_proposal(&pending.id, &approver, note))
                 .await?
         };
-        let line = match decided {
+        let line = match &decided {
             None => "killed".to_owned(),
-            Some(Ok(proposal)) => proposal.status,
-            Some(Err(error)) => review_error(&error),
+            Some(Ok(proposal)) => proposal.status.clone(),
+            Some(Err(error)) => review_error(error),
         };
         self.trace.line(format!(
-            "step review {} {} {} -> {line}",
+            "step review {} {} {}{} -> {line}",
             pending.payment.name,
             if agrees { "approve" } else { "reject" },
-            pending.conclusion.outcome.as_str()
+            pending.conclusion.outcome.as_str(),
+            detail(&pending.conclusion)
         ));
-        Ok(())
+        if !agrees {
+            return Ok(());
+        }
+        match pending.conclusion.outcome {
+            ReviewOutcome::ManualRefund => self.after_manual_refund(&pending, &d, decided).await,
+            o if o.fulfillment_resolution("").is_some() => {
+                self.after_fulfillment_resolution(&pending, &d, decided)
+                    .await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the approver, reading again now, reaches the proposer's
+    /// conclusion. A manual refund's story holds while the payment is
+    /// succeeded: whether the amount is still refundable is the store's
+    /// check, which is what is under test.
+    fn still_holds(&self, pending: &PendingProposal, d: &PaymentDetails) -> bool {
+        match pending.conclusion.outcome {
+            ReviewOutcome::ManualRefund => d.order.state == sluice_core::OrderState::Succeeded,
+            _ => self.conclude(&pending.payment, d).as_ref() == Some(&pending.conclusion),
+        }
     }
 
     /// The proposer tries to approve their own proposal: it must be refused
@@ -257,6 +332,8 @@ fn conclusion(
             outcome,
             target_id: Some(refund.id.clone()),
             psp_reference,
+            reason_code: PSP_DASHBOARD,
+            amount: None,
         });
     }
     if d.captures.iter().any(|c| !c.state.is_terminal()) {
@@ -275,6 +352,8 @@ fn conclusion(
             outcome,
             target_id: Some(attempt.id.clone()),
             psp_reference,
+            reason_code: PSP_DASHBOARD,
+            amount: None,
         });
     }
     let agrees = crate::check::ledger_disagreements("-", d, psp, psp_refunds).is_empty();
@@ -282,10 +361,25 @@ fn conclusion(
         outcome: ReviewOutcome::Dismiss,
         target_id: None,
         psp_reference: None,
+        reason_code: PSP_DASHBOARD,
+        amount: None,
     })
 }
 
-fn review_error(error: &ReviewError) -> String {
+/// The trace's words for a conclusion's reason code and amount (none for
+/// what was read on the PSP's record, so those lines read as before).
+fn detail(conclusion: &Conclusion) -> String {
+    let mut text = String::new();
+    if conclusion.reason_code != PSP_DASHBOARD {
+        text.push_str(&format!(" ({})", conclusion.reason_code));
+    }
+    if let Some(amount) = conclusion.amount {
+        text.push_str(&format!(" {amount}"));
+    }
+    text
+}
+
+pub(crate) fn review_error(error: &ReviewError) -> String {
     match error {
         ReviewError::SameOperator => "refused: same operator".into(),
         ReviewError::AlreadyDecided { status, .. } => format!("already {status}"),

@@ -149,6 +149,10 @@ pub struct World {
     pub operators: [String; 2],
     /// Proposals waiting for the second operator.
     pub proposals: Vec<crate::review::PendingProposal>,
+    /// Manual refunds the operators approved (the store applied them).
+    pub manual_refunds: Vec<crate::manual_refund::ApprovedManualRefund>,
+    /// Fulfillment resolutions the operators applied.
+    pub fulfillment_resolutions: crate::review_fulfillment::Resolutions,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
@@ -217,6 +221,8 @@ impl World {
             fulfillment_outcomes: BTreeMap::new(),
             operators: [String::new(), String::new()],
             proposals: Vec::new(),
+            manual_refunds: Vec::new(),
+            fulfillment_resolutions: BTreeMap::new(),
             db_url,
             runtime,
             entropy_seed,
