@@ -131,6 +131,22 @@ if [ "$BACKEND" = postgres ]; then
     fi
 fi
 
+# Latency at half the maximum rate (goal 2): the same requests on a fixed
+# schedule at half of the run's create+confirm rate, 16 connections so that one
+# is always free. The sandbox PSP answers in process with no latency of its
+# own, so the latency measured is the gateway's share (plus wrk's and the
+# sandbox's code).
+HALF_RATE="$(python3 -c "print(max(1, int(float('$RPS') / 2)))")"
+HALF_SECONDS=10
+echo "== $BACKEND: create+confirm at half that rate, $HALF_RATE/s for ${HALF_SECONDS}s"
+BENCH_PHASE=half BENCH_RATE="$HALF_RATE" wrk -t2 -c16 -d"${HALF_SECONDS}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/half.txt"
+read -r H_RPS H_P50 H_P99 H_ERR H_TO H_P999 <<<"$(bench_wrk_summary "$WORK/half.txt")"
+echo "   $H_RPS/s achieved, p50 $H_P50 ms  p99 $H_P99 ms  p99.9 $H_P999 ms  non-2xx $H_ERR  timeouts $H_TO"
+for _ in $(seq 1 300); do
+    [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
+    sleep 0.1
+done
+
 # Webhook ingest: correctly signed, distinct Stripe-format webhooks to one
 # account whose own limit is raised out of the way (config keys webhook_burst,
 # webhook_per_second); counted as rows in the inbox, i.e. verified and durable.
@@ -207,4 +223,4 @@ echo "   $W_RPS answers/s, p50 $W_P50 ms, p99 $W_P99 ms; $(sed -n 's/^STATUSES /
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--}"
+echo "RESULT ingest_per_s=$INGEST_PER_S backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR"
