@@ -24,8 +24,8 @@ use sluice_core::{
     PaymentEvent, RefundState,
 };
 use sluice_store::{
-    ApplyEvent, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder, PendingKind,
-    Provenance, Refund,
+    AdapterPin, ApplyEvent, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder,
+    PendingKind, Provenance, Refund, SentCall,
 };
 
 use crate::call::{self, Connector, NotSent};
@@ -108,28 +108,52 @@ impl Orchestrator {
         id: &str,
         trigger: Trigger,
     ) -> Result<Advanced, OrchestratorError> {
-        let attempt = self.store().get_attempt(id).await?;
+        let (attempt, action) = self.step_attempt(id, trigger).await?;
+        let after = self.store().get_attempt(id).await?;
+        Ok(Advanced {
+            target: Target::Attempt(attempt.id.clone()),
+            payment_id: attempt.payment_id.clone(),
+            state_before: attempt.state.to_string(),
+            state_after: after.state.to_string(),
+            action,
+        })
+    }
+
+    /// [`Self::advance`] for a caller that needs only the action taken, not
+    /// the state afterwards (the API's confirm, which reads the whole payment
+    /// next): one read fewer.
+    pub(crate) async fn advance_action(
+        &self,
+        target: Target,
+        trigger: Trigger,
+    ) -> Result<Action, OrchestratorError> {
+        match &target {
+            Target::Attempt(id) => Ok(self.step_attempt(id, trigger).await?.1),
+            _ => Ok(self.advance(target, trigger).await?.action),
+        }
+    }
+
+    /// One step of an attempt, decided from it and its order as read now.
+    async fn step_attempt(
+        &self,
+        id: &str,
+        trigger: Trigger,
+    ) -> Result<(PaymentAttempt, Action), OrchestratorError> {
+        let (order, attempt) = self.store().get_attempt_with_order(id).await?;
         let span = tracing::info_span!("advance", payment_id = %attempt.payment_id,
             attempt_id = %attempt.id, adapter = %attempt.adapter, trigger = %trigger);
-        async {
-            let action = self.attempt_step(&attempt, trigger).await?;
-            let after = self.store().get_attempt(id).await?;
-            tracing::info!(from = %attempt.state, to = %after.state, ?action, "advanced attempt");
-            Ok(Advanced {
-                target: Target::Attempt(attempt.id.clone()),
-                payment_id: attempt.payment_id.clone(),
-                state_before: attempt.state.to_string(),
-                state_after: after.state.to_string(),
-                action,
-            })
-        }
-        .instrument(span)
-        .await
+        let action = self
+            .attempt_step(&attempt, &order, trigger)
+            .instrument(span.clone())
+            .await?;
+        span.in_scope(|| tracing::info!(from = %attempt.state, ?action, "advanced attempt"));
+        Ok((attempt, action))
     }
 
     async fn attempt_step(
         &self,
         attempt: &PaymentAttempt,
+        order: &PaymentOrder,
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
         use AttemptState as A;
@@ -150,7 +174,6 @@ impl Orchestrator {
             }
             _ => {}
         }
-        let order = self.store().get_payment(None, &attempt.payment_id).await?;
         let connector = self.attempt_connector(attempt).await?;
         let own = OwnAggregate::Attempt {
             reference: attempt.reference.clone(),
@@ -158,15 +181,15 @@ impl Orchestrator {
         };
         match attempt.state {
             A::Created => {
-                self.submit_attempt(attempt, &order, &connector, &own, trigger)
+                self.submit_attempt(attempt, order, &connector, &own, trigger)
                     .await
             }
             A::Authorized => {
-                self.follow_void(attempt, &order, &connector, &own, trigger)
+                self.follow_void(attempt, order, &connector, &own, trigger)
                     .await
             }
             A::Unknown => {
-                self.query_attempt(attempt, &order, &connector, &own, trigger)
+                self.query_attempt(attempt, order, &connector, &own, trigger)
                     .await
             }
             _ if !self.may_query(
@@ -180,7 +203,7 @@ impl Orchestrator {
                 })
             }
             _ => {
-                self.query_attempt(attempt, &order, &connector, &own, trigger)
+                self.query_attempt(attempt, order, &connector, &own, trigger)
                     .await
             }
         }
@@ -234,12 +257,20 @@ impl Orchestrator {
             raw_status: "submitted".into(),
             ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
         };
+        // The version that built the request is pinned with the record (a
+        // pin already there is kept).
+        let identity = connector.adapter.identity();
+        let pin = AdapterPin {
+            version: identity.version.clone(),
+            digest: identity.digest.clone(),
+        };
         if !self
             .record_sent(
                 EventTarget::Attempt(attempt.reference.clone()),
                 submitted,
                 &provenance,
                 connector,
+                Some(pin),
             )
             .await?
         {
@@ -247,9 +278,6 @@ impl Orchestrator {
                 reason: "another caller recorded it as sent and is sending it",
             });
         }
-        self.store()
-            .note_psp_call(PendingKind::Attempt, &attempt.id)
-            .await?;
         self.admit_new_attempt(connector).await;
         self.send(connector, own, &spec, &request, &provenance, slot)
             .await
@@ -373,8 +401,6 @@ impl Orchestrator {
             }
         };
         let outgoing = Outgoing {
-            kind: PendingKind::Capture,
-            id: &capture.id,
             target: EventTarget::Capture(capture.reference.clone()),
             sent_kind: EventKind::AttemptSubmitted,
             attempt_reference: &attempt.reference,
@@ -454,8 +480,6 @@ impl Orchestrator {
                     }
                 };
                 let outgoing = Outgoing {
-                    kind: PendingKind::Refund,
-                    id: &refund.id,
                     target: EventTarget::Refund(refund.reference.clone()),
                     sent_kind: EventKind::RefundProcessing,
                     attempt_reference: &attempt.reference,
@@ -539,23 +563,31 @@ impl Orchestrator {
         }
     }
 
-    /// Record "sent" through the door before the call. True when this caller
-    /// applied it (and so owns the send); false when another caller did.
+    /// Record "sent" through the door before the call, with the time of the
+    /// call and, for an attempt's first send, the adapter version `pin`. True
+    /// when this caller applied it (and so owns the send); false when another
+    /// caller did.
     pub(crate) async fn record_sent(
         &self,
         target: EventTarget,
         event: PaymentEvent,
         provenance: &Provenance,
         connector: &Connector,
+        pin: Option<AdapterPin>,
     ) -> Result<bool, OrchestratorError> {
         // If the host dies mid-call, the scanner finds the row once the call's
         // budget (and a little more) has passed, and queries.
         let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
         let next_look = self.now_ms().saturating_add(window);
-        let applied = self
-            .apply_host_event(target, event, provenance, Some(next_look))
-            .await?;
-        Ok(applied == DecisionKind::Applied)
+        let input = ApplyEvent {
+            target,
+            event,
+            provenance: provenance.clone(),
+            inbox_id: None,
+            next_retry_time: Some(next_look),
+        };
+        let applied = self.apply_sent(input, &SentCall { pin }).await?;
+        Ok(applied.decision == DecisionKind::Applied)
     }
 
     pub(crate) async fn apply_host_event(
@@ -600,16 +632,13 @@ impl Orchestrator {
             ..PaymentEvent::new(outgoing.sent_kind, EvidenceSource::SyncResponse)
         };
         if !self
-            .record_sent(outgoing.target, sent, provenance, connector)
+            .record_sent(outgoing.target, sent, provenance, connector, None)
             .await?
         {
             return Ok(Action::Waiting {
                 reason: "another caller recorded it as sent and is sending it",
             });
         }
-        self.store()
-            .note_psp_call(outgoing.kind, outgoing.id)
-            .await?;
         self.send(connector, own, spec, request, provenance, slot)
             .await
     }
@@ -756,8 +785,6 @@ fn not_sent_failure(not_sent: &NotSent) -> Failure {
 /// A capture or refund about to be sent: its row, its door target and the
 /// event that records it as sent before the call.
 struct Outgoing<'a> {
-    kind: PendingKind,
-    id: &'a str,
     target: EventTarget,
     sent_kind: EventKind,
     attempt_reference: &'a str,

@@ -20,7 +20,7 @@ use sluice_store::{
     Capture, CaptureRequest, NewAttempt, PaymentDetails, Provenance, Refund, RefundRequest,
 };
 
-use crate::advance::{attempt_spec, Action, Advanced};
+use crate::advance::{attempt_spec, Action};
 use crate::call;
 use crate::config::millis;
 use crate::convert::Operation;
@@ -119,6 +119,17 @@ impl Orchestrator {
             .store()
             .get_payment(Some(merchant_id), payment_id)
             .await?;
+        self.confirm_order(merchant_id, order, options).await
+    }
+
+    /// [`Self::confirm`] of an order read (or just created) for `merchant_id`.
+    pub(crate) async fn confirm_order(
+        &self,
+        merchant_id: &str,
+        order: sluice_store::PaymentOrder,
+        options: &ConfirmOptions,
+    ) -> Result<PaymentView, OrchestratorError> {
+        let payment_id = order.id.as_str();
         let metadata = crate::orchestrator::metadata_pairs(&order.metadata)
             .into_iter()
             .collect();
@@ -524,11 +535,7 @@ impl Orchestrator {
         let span = tracing::info_span!("drive", target = %target);
         let waited = self
             .wait_for(
-                async move {
-                    this.advance(target, Trigger::Api)
-                        .await
-                        .map(|Advanced { action, .. }| action)
-                },
+                async move { this.advance_action(target, Trigger::Api).await },
                 span,
             )
             .await;

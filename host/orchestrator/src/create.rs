@@ -90,25 +90,27 @@ impl Orchestrator {
         };
         let (order, created) = self.insert_or_existing(&new).await?;
         tracing::info!(payment_id = %order.id, created, "payment created");
-        let never_confirmed = self.store().list_attempts(&order.id).await?.is_empty();
+        // A payment this call created has no attempt yet; an existing one is
+        // confirmed by this create only if it never was.
+        let never_confirmed = created || self.store().list_attempts(&order.id).await?.is_empty();
         let view = match (&params.confirm, never_confirmed) {
-            (Some(options), true) => self.confirm(merchant_id, &order.id, options).await?,
+            (Some(options), true) => self.confirm_order(merchant_id, order, options).await?,
             _ => self.payment(merchant_id, &order.id).await?,
         };
         Ok(Created { view, created })
     }
 
+    /// Insert the payment, or find the one created before under its order
+    /// number. The insert goes first: a repeated create is rare, and its
+    /// unique violation costs less than a read before every new payment.
     async fn insert_or_existing(
         &self,
         new: &NewPayment,
     ) -> Result<(PaymentOrder, bool), OrchestratorError> {
-        if let Some(existing) = self.existing_by_order_no(new).await? {
-            return Ok((existing, false));
-        }
         let provenance = Provenance::actor(&format!("merchant:{}", new.merchant_id));
         match self.store().create_payment(new, &provenance).await {
             Ok(order) => Ok((order, true)),
-            // A concurrent create with the same number won the race.
+            // Created before (a retry), or by a concurrent create that won the race.
             Err(StoreError::Conflict(_)) => match self.existing_by_order_no(new).await? {
                 Some(existing) => Ok((existing, false)),
                 None => Err(OrchestratorError::Conflict(

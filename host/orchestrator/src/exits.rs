@@ -69,16 +69,13 @@ impl Orchestrator {
         };
         let target = EventTarget::Attempt(attempt.reference.clone());
         if !self
-            .record_sent(target, recorded, &provenance, connector)
+            .record_sent(target, recorded, &provenance, connector, None)
             .await?
         {
             return Ok(Action::Waiting {
                 reason: "a void was already recorded as sent; recovery follows it",
             });
         }
-        self.store()
-            .note_psp_call(PendingKind::Attempt, &attempt.id)
-            .await?;
         self.send(
             connector,
             &own_attempt(attempt),

@@ -278,7 +278,27 @@ impl Orchestrator {
     /// connector account's aggregate changes nothing: it is kept as
     /// evidence, counted, and refused with [`OrchestratorError::OutOfScope`].
     pub(crate) async fn apply(&self, input: ApplyEvent) -> Result<Applied, OrchestratorError> {
-        match self.inner.store.apply_event(&input).await {
+        let applied = self.inner.store.apply_event(&input).await;
+        self.scoped(input, applied).await
+    }
+
+    /// [`Self::apply`] for the record of a call about to be sent.
+    pub(crate) async fn apply_sent(
+        &self,
+        input: ApplyEvent,
+        sent: &sluice_store::SentCall,
+    ) -> Result<Applied, OrchestratorError> {
+        let applied = self.inner.store.apply_sent(&input, sent).await;
+        self.scoped(input, applied).await
+    }
+
+    /// A door answer, with an out-of-scope refusal kept as evidence.
+    async fn scoped(
+        &self,
+        input: ApplyEvent,
+        applied: Result<Applied, StoreError>,
+    ) -> Result<Applied, OrchestratorError> {
+        match applied {
             Ok(applied) => Ok(applied),
             Err(StoreError::OutOfScope {
                 entity,

@@ -215,14 +215,14 @@ impl Orchestrator {
             .runtime()
             .for_new_attempt(name, &attempt.connector_account_id, &attempt.reference)
             .unwrap_or_else(|| connector.adapter.clone());
+        // Recorded with the attempt's first send (`record_sent`), in the
+        // same transaction: until then nothing has left the host, and a later
+        // try chooses again.
         let id = chosen.identity();
-        let pin = AdapterPin {
+        Ok(Some(AdapterPin {
             version: id.version.clone(),
             digest: id.digest.clone(),
-        };
-        Ok(Some(
-            self.store().pin_attempt_adapter(&attempt.id, &pin).await?,
-        ))
+        }))
     }
 
     /// Counts the first send of a new attempt for the adapter's canary, if one runs,

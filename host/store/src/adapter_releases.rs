@@ -5,7 +5,7 @@
 //! None of this is payment state: a pin is metadata of the attempt, written once and
 //! never through the door, and diffs are evidence about an adapter, never about money.
 
-use crate::db::{int, json, opt_text, text};
+use crate::db::{int, json, text};
 use crate::error::StoreError;
 use crate::Store;
 
@@ -78,31 +78,6 @@ pub struct ShadowDiff {
 }
 
 impl Store {
-    /// Pins the attempt to the adapter version that builds its first request; an
-    /// attempt already pinned keeps its pin. The pin the attempt has afterwards.
-    pub async fn pin_attempt_adapter(
-        &self,
-        attempt_id: &str,
-        pin: &AdapterPin,
-    ) -> Result<AdapterPin, StoreError> {
-        // One statement: the CASE keeps an existing pin (a racing second pin
-        // re-reads the row under its lock and keeps the first), RETURNING
-        // answers with the pin the attempt has afterwards.
-        let row = sqlx::query(
-            "UPDATE payment_attempts SET \
-             adapter_version = CASE WHEN adapter_digest IS NULL THEN $2 ELSE adapter_version END, \
-             adapter_digest = COALESCE(adapter_digest, $3) \
-             WHERE id = $1 RETURNING adapter_version, adapter_digest",
-        )
-        .bind(attempt_id)
-        .bind(&pin.version)
-        .bind(&pin.digest)
-        .fetch_optional(&self.pool)
-        .await?
-        .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
-        pin_from(&row)?.ok_or_else(|| StoreError::not_found("attempt", attempt_id))
-    }
-
     /// Appends to an adapter's release history.
     pub async fn record_adapter_event(
         &self,
@@ -193,14 +168,6 @@ impl Store {
 }
 
 /// An attempt row's pin, if it has one (both columns are written together).
-pub(crate) fn pin_from(row: &sqlx::any::AnyRow) -> Result<Option<AdapterPin>, StoreError> {
-    let version = opt_text(row, "adapter_version")?;
-    let digest = opt_text(row, "adapter_digest")?;
-    Ok(version
-        .zip(digest)
-        .map(|(version, digest)| AdapterPin { version, digest }))
-}
-
 fn shadow_diff_from(row: &sqlx::any::AnyRow) -> Result<ShadowDiff, StoreError> {
     Ok(ShadowDiff {
         seq: int(row, "seq")?,

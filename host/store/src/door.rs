@@ -28,6 +28,7 @@ mod operator;
 pub use locate::AccountScope;
 pub use operator::{ESCALATE_KIND, RECONCILIATION_KIND, RESOLVE_KIND};
 
+use crate::adapter_releases::AdapterPin;
 use crate::db::Tx;
 use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
@@ -81,6 +82,16 @@ pub struct ApplyEvent {
     /// When the recovery scanner should next look at the aggregate, if the
     /// decision leaves it non-terminal (e.g. the timeout of a submitted call).
     pub next_retry_time: Option<i64>,
+}
+
+/// A call recorded as sent by the decision that records it ([`Store::apply_sent`]).
+/// When that decision is applied, the same write of the subject row also
+/// takes the time of the call (`last_psp_call_at`, which the recovery budget
+/// reads) and, for an attempt's first send, the adapter version that built
+/// its request: a pin already there is kept. One transaction instead of three.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentCall {
+    pub pin: Option<AdapterPin>,
 }
 
 /// The kind of decision taken, as recorded in history.
@@ -242,6 +253,8 @@ struct Plan<'a> {
     /// and there is nothing to mark.
     inbox_done: bool,
     next_retry_time: Option<i64>,
+    /// The decision records a call about to be sent.
+    sent: Option<&'a SentCall>,
 }
 
 impl<'a> Plan<'a> {
@@ -263,6 +276,7 @@ impl<'a> Plan<'a> {
             inbox_id: None,
             inbox_done: false,
             next_retry_time: None,
+            sent: None,
         }
     }
 }
@@ -310,6 +324,24 @@ impl Store {
     /// Apply one normalised event: the only way an attempt, capture or refund
     /// (and through them the order and the amounts) changes state.
     pub async fn apply_event(&self, input: &ApplyEvent) -> Result<Applied, StoreError> {
+        self.apply_event_with(input, None).await
+    }
+
+    /// [`Store::apply_event`] for the record of a call about to be sent
+    /// (an `*_SUBMITTED` event before the send): see [`SentCall`].
+    pub async fn apply_sent(
+        &self,
+        input: &ApplyEvent,
+        sent: &SentCall,
+    ) -> Result<Applied, StoreError> {
+        self.apply_event_with(input, Some(sent)).await
+    }
+
+    async fn apply_event_with(
+        &self,
+        input: &ApplyEvent,
+        sent: Option<&SentCall>,
+    ) -> Result<Applied, StoreError> {
         let span = tracing::info_span!(
             "apply_event",
             kind = %input.event.kind,
@@ -322,7 +354,7 @@ impl Store {
         let _guard = span.enter();
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
-            let step = self.apply_event_once(&mut tx, input).await?;
+            let step = self.apply_event_once(&mut tx, input, sent).await?;
             if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
@@ -433,11 +465,14 @@ impl Store {
         &self,
         tx: &mut Tx,
         input: &ApplyEvent,
+        sent: Option<&SentCall>,
     ) -> Result<Step<Applied>, StoreError> {
-        let located = locate::locate(tx, &input.target, &input.event).await?;
-        // Order first: every change to the payment bumps its version, so a
-        // change committed after this read makes the final CAS miss.
-        let (order, amounts) = order_and_amounts_in(tx, &located.payment_id).await?;
+        let Head {
+            located,
+            order,
+            amounts,
+            attempt,
+        } = read_head(tx, input).await?;
         let order_snapshot = order.snapshot(&amounts)?;
         let already_processed = match &input.inbox_id {
             Some(inbox_id) => inbox_processed(tx, inbox_id).await?,
@@ -452,7 +487,10 @@ impl Store {
         let event = &input.event;
         let (subject, verdict, capture_attempt) = match located.aggregate {
             Aggregate::Attempt | Aggregate::Order => {
-                let attempt = attempt_in(tx, &located.id).await?;
+                let attempt = match attempt {
+                    Some(attempt) => attempt,
+                    None => attempt_in(tx, &located.id).await?,
+                };
                 let verdict = if already_processed {
                     inbox_duplicate()
                 } else {
@@ -516,6 +554,7 @@ impl Store {
             inbox_id: input.inbox_id.as_deref(),
             inbox_done: already_processed,
             next_retry_time: input.next_retry_time,
+            sent,
         };
         self.carry_out(tx, plan).await
     }
@@ -584,15 +623,17 @@ impl Store {
                 Err(e) => return Err(e),
             }
         };
-        let mut history_ids = Vec::new();
+        // One statement for the decision's history rows, in this order: the
+        // attempt a capture cascades to, the subject, the order it moves.
+        let mut rows = Vec::with_capacity(3);
+        let cascade_reason = format!("follows capture {}: {}", subject.id, verdict.reason);
         if let (Some(attempt_state), Some(attempt)) =
             (verdict.cascade_attempt, &plan.capture_attempt)
         {
             if !cas_attempt_cascade(tx, attempt, attempt_state, now).await? {
                 return Ok(Step::Retry);
             }
-            let reason = format!("follows capture {}: {}", subject.id, verdict.reason);
-            let h = self.history_row(
+            rows.push(self.history_row(
                 plan,
                 "attempt",
                 &attempt.id,
@@ -600,15 +641,15 @@ impl Store {
                 attempt_state.as_str(),
                 (attempt.version, attempt.version + 1),
                 DecisionKind::Applied,
-                &reason,
+                &cascade_reason,
                 identity.as_ref(),
-            );
-            history_ids.push(history::append(tx, &h, now).await?);
+            ));
         }
         for effect in &verdict.effects {
             apply_amount_effect(tx, &order.id, effect).await?;
         }
-        let subject_history = self.history_row(
+        let subject_row = rows.len();
+        rows.push(self.history_row(
             plan,
             subject.aggregate.as_str(),
             &subject.id,
@@ -618,14 +659,13 @@ impl Store {
             DecisionKind::Applied,
             &verdict.reason,
             identity.as_ref(),
+        ));
+        let order_reason = format!(
+            "follows {} {}: {}",
+            subject.aggregate, subject.id, verdict.reason
         );
-        history_ids.insert(0, history::append(tx, &subject_history, now).await?);
         if subject.aggregate != Aggregate::Order && order_state != order.state {
-            let reason = format!(
-                "follows {} {}: {}",
-                subject.aggregate, subject.id, verdict.reason
-            );
-            let h = self.history_row(
+            rows.push(self.history_row(
                 plan,
                 "order",
                 &order.id,
@@ -633,11 +673,15 @@ impl Store {
                 order_state.as_str(),
                 (order.version, payment_version),
                 DecisionKind::Applied,
-                &reason,
+                &order_reason,
                 identity.as_ref(),
-            );
-            history_ids.push(history::append(tx, &h, now).await?);
+            ));
         }
+        let mut history_ids = history::append_all(tx, &rows, now).await?;
+        // The subject's row is named first (`append_all` returns one id per
+        // row, so `subject_row` is in range).
+        let subject_id = history_ids.remove(subject_row);
+        history_ids.insert(0, subject_id);
         let mut outbox_event_ids = Vec::new();
         for event in verdict.emits() {
             let payload = outbox_payload(
@@ -881,6 +925,63 @@ fn identity_json(event: &PaymentEvent) -> Result<String, StoreError> {
         .map_err(|e| StoreError::Unapplicable(format!("event identity: {e}")))
 }
 
+/// What an event is about and the payment it belongs to, as read in this try.
+struct Head {
+    located: Located,
+    order: PaymentOrder,
+    amounts: PaymentAmounts,
+    /// The attempt, when the event is about one: read with the order.
+    attempt: Option<PaymentAttempt>,
+}
+
+/// Locate the event's aggregate and read its payment. An attempt is read
+/// with its order and amounts in one statement (one snapshot); anything else
+/// after its order, which comes first: every change to the payment bumps the
+/// order's version, so a change committed after this read makes the final
+/// CAS miss.
+async fn read_head(tx: &mut Tx, input: &ApplyEvent) -> Result<Head, StoreError> {
+    use payments::AttemptKey;
+    let located = match &input.target {
+        // The host's own reference: the attempt and its payment at once.
+        EventTarget::Attempt(reference) => {
+            let (order, amounts, attempt) =
+                payments::attempt_with_order_in(tx, AttemptKey::Reference, reference)
+                    .await?
+                    .ok_or_else(|| StoreError::not_found("attempt", reference))?;
+            return Ok(Head {
+                located: Located {
+                    aggregate: Aggregate::Attempt,
+                    id: attempt.id.clone(),
+                    payment_id: attempt.payment_id.clone(),
+                },
+                order,
+                amounts,
+                attempt: Some(attempt),
+            });
+        }
+        target => locate::locate(tx, target, &input.event).await?,
+    };
+    if matches!(located.aggregate, Aggregate::Attempt | Aggregate::Order) {
+        let (order, amounts, attempt) =
+            payments::attempt_with_order_in(tx, AttemptKey::Id, &located.id)
+                .await?
+                .ok_or_else(|| StoreError::not_found("attempt", &located.id))?;
+        return Ok(Head {
+            located,
+            order,
+            amounts,
+            attempt: Some(attempt),
+        });
+    }
+    let (order, amounts) = order_and_amounts_in(tx, &located.payment_id).await?;
+    Ok(Head {
+        located,
+        order,
+        amounts,
+        attempt: None,
+    })
+}
+
 /// The column writes of an applied decision on the subject row.
 struct SubjectUpdate<'a> {
     table: &'static str,
@@ -895,6 +996,10 @@ struct SubjectUpdate<'a> {
     /// Attempts: `now` when the decision records an authorization / a void sent.
     authorized_at: Option<i64>,
     void_requested_at: Option<i64>,
+    /// `now` when the decision records a call about to be sent.
+    last_psp_call_at: Option<i64>,
+    /// Attempts: the adapter version of a first send (kept if one is pinned).
+    pin: Option<&'a AdapterPin>,
     now: i64,
 }
 
@@ -954,6 +1059,8 @@ impl<'a> SubjectUpdate<'a> {
             failure,
             authorized_at,
             void_requested_at,
+            last_psp_call_at: plan.sent.map(|_| now),
+            pin: plan.sent.and_then(|sent| sent.pin.as_ref()),
             now,
         }
     }
@@ -961,9 +1068,12 @@ impl<'a> SubjectUpdate<'a> {
     /// CAS the subject row; false when its version moved.
     async fn write(&self, tx: &mut Tx) -> Result<bool, StoreError> {
         let action_col = if self.table == "payment_attempts" {
-            ", next_action_url = COALESCE($11, next_action_url), \
-                authorized_at = COALESCE(authorized_at, $12), \
-                void_requested_at = COALESCE(void_requested_at, $13)"
+            ", next_action_url = COALESCE($12, next_action_url), \
+                authorized_at = COALESCE(authorized_at, $13), \
+                void_requested_at = COALESCE(void_requested_at, $14), \
+                adapter_version = CASE WHEN adapter_digest IS NULL \
+                    THEN COALESCE($15, adapter_version) ELSE adapter_version END, \
+                adapter_digest = COALESCE(adapter_digest, $16)"
         } else {
             ""
         };
@@ -973,7 +1083,8 @@ impl<'a> SubjectUpdate<'a> {
                 psp_reference = COALESCE(psp_reference, $5), next_retry_time = $6, \
                 failure_code = COALESCE($7, failure_code), \
                 failure_category = COALESCE($8, failure_category), \
-                failure_message = COALESCE($9, failure_message), updated_at = $10{action_col} \
+                failure_message = COALESCE($9, failure_message), updated_at = $10, \
+                last_psp_call_at = COALESCE($11, last_psp_call_at){action_col} \
              WHERE id = $1 AND version = $2",
             table = self.table
         );
@@ -988,12 +1099,15 @@ impl<'a> SubjectUpdate<'a> {
             .bind(failure.map(|f| f.0.as_str()))
             .bind(failure.map(|f| f.1.as_str()))
             .bind(failure.map(|f| f.2.as_str()))
-            .bind(self.now);
+            .bind(self.now)
+            .bind(self.last_psp_call_at);
         if self.table == "payment_attempts" {
             query = query
                 .bind(self.next_action_url.as_deref())
                 .bind(self.authorized_at)
-                .bind(self.void_requested_at);
+                .bind(self.void_requested_at)
+                .bind(self.pin.map(|pin| pin.version.as_str()))
+                .bind(self.pin.map(|pin| pin.digest.as_str()));
         }
         let done = query.execute(&mut **tx).await?;
         Ok(done.rows_affected() == 1)

@@ -146,46 +146,111 @@ fn entry_from(row: &AnyRow) -> Result<HistoryEntry, StoreError> {
     })
 }
 
+/// The columns of a history row, in the order [`bind_row`] binds them.
+const HISTORY_INSERT: &str = "INSERT INTO state_history (payment_id, aggregate_type, \
+    aggregate_id, from_state, to_state, from_version, to_version, event_kind, evidence_source, \
+    provider_event_id, psp_reference, event_identity, amount_minor, currency, raw_status, \
+    failure_code, decision, reason, adapter_name, adapter_version, adapter_digest, actor, \
+    trace_id, inbox_id, recorded_at) VALUES ";
+const HISTORY_COLUMNS: usize = 25;
+
+/// At most this many rows in one statement (a decision writes up to three).
+pub(crate) const MAX_ROWS_PER_APPEND: usize = 8;
+
 /// Append one history row inside the caller's transaction; returns its id.
 pub(crate) async fn append(tx: &mut Tx, h: &NewHistory<'_>, now: i64) -> Result<i64, StoreError> {
+    let ids = append_all(tx, std::slice::from_ref(h), now).await?;
+    ids.first()
+        .copied()
+        .ok_or_else(|| StoreError::Unapplicable("a history insert returned no id".into()))
+}
+
+/// Append `rows` in one statement inside the caller's transaction; returns
+/// their ids in the order of `rows` (the ids grow in that order too).
+pub(crate) async fn append_all(
+    tx: &mut Tx,
+    rows: &[NewHistory<'_>],
+    now: i64,
+) -> Result<Vec<i64>, StoreError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rows.len() > MAX_ROWS_PER_APPEND {
+        return Err(StoreError::Unapplicable(format!(
+            "{} history rows in one statement (at most {MAX_ROWS_PER_APPEND})",
+            rows.len()
+        )));
+    }
+    let sql = append_sql(rows.len());
+    let mut query = sqlx::query(&sql);
+    for h in rows {
+        query = bind_row(query, h, now);
+    }
+    let returned = query.fetch_all(&mut **tx).await?;
+    let mut ids = returned
+        .iter()
+        .map(|row| row.try_get::<i64, _>("id"))
+        .collect::<Result<Vec<i64>, _>>()?;
+    // RETURNING's row order is unspecified (SQLite says so); the ids are
+    // drawn in the order of the VALUES rows, so sorted they are that order.
+    ids.sort_unstable();
+    if ids.len() != rows.len() {
+        return Err(StoreError::Unapplicable(format!(
+            "{} history rows inserted, {} ids returned",
+            rows.len(),
+            ids.len()
+        )));
+    }
+    Ok(ids)
+}
+
+fn append_sql(rows: usize) -> String {
+    let mut sql = String::from(HISTORY_INSERT);
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        let params: Vec<String> = (1..=HISTORY_COLUMNS)
+            .map(|col| format!("${}", row * HISTORY_COLUMNS + col))
+            .collect();
+        sql.push('(');
+        sql.push_str(&params.join(", "));
+        sql.push(')');
+    }
+    sql.push_str(" RETURNING id");
+    sql
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+fn bind_row<'q>(query: AnyQuery<'q>, h: &NewHistory<'q>, now: i64) -> AnyQuery<'q> {
     let adapter = h.provenance.and_then(|p| p.adapter.as_ref());
-    let row = sqlx::query(
-        "INSERT INTO state_history (payment_id, aggregate_type, aggregate_id, from_state, to_state, \
-            from_version, to_version, event_kind, evidence_source, provider_event_id, psp_reference, \
-            event_identity, amount_minor, currency, raw_status, failure_code, decision, reason, \
-            adapter_name, adapter_version, adapter_digest, actor, trace_id, inbox_id, recorded_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-            $19, $20, $21, $22, $23, $24, $25) \
-         RETURNING id",
-    )
-    .bind(h.payment_id)
-    .bind(h.aggregate_type)
-    .bind(h.aggregate_id)
-    .bind(h.from_state)
-    .bind(h.to_state)
-    .bind(h.from_version)
-    .bind(h.to_version)
-    .bind(h.event_kind)
-    .bind(h.evidence_source)
-    .bind(h.provider_event_id)
-    .bind(h.psp_reference)
-    .bind(h.event_identity)
-    .bind(h.amount_minor)
-    .bind(h.currency)
-    .bind(h.raw_status)
-    .bind(h.failure_code)
-    .bind(h.decision)
-    .bind(h.reason)
-    .bind(adapter.map(|a| a.name.as_str()))
-    .bind(adapter.map(|a| a.version.as_str()))
-    .bind(adapter.map(|a| a.digest.as_str()))
-    .bind(h.provenance.and_then(|p| p.actor.as_deref()))
-    .bind(h.provenance.and_then(|p| p.trace_id.as_deref()))
-    .bind(h.inbox_id)
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await?;
-    Ok(row.try_get::<i64, _>("id")?)
+    query
+        .bind(h.payment_id)
+        .bind(h.aggregate_type)
+        .bind(h.aggregate_id)
+        .bind(h.from_state)
+        .bind(h.to_state)
+        .bind(h.from_version)
+        .bind(h.to_version)
+        .bind(h.event_kind)
+        .bind(h.evidence_source)
+        .bind(h.provider_event_id)
+        .bind(h.psp_reference)
+        .bind(h.event_identity)
+        .bind(h.amount_minor)
+        .bind(h.currency)
+        .bind(h.raw_status)
+        .bind(h.failure_code)
+        .bind(h.decision)
+        .bind(h.reason)
+        .bind(adapter.map(|a| a.name.as_str()))
+        .bind(adapter.map(|a| a.version.as_str()))
+        .bind(adapter.map(|a| a.digest.as_str()))
+        .bind(h.provenance.and_then(|p| p.actor.as_deref()))
+        .bind(h.provenance.and_then(|p| p.trace_id.as_deref()))
+        .bind(h.inbox_id)
+        .bind(now)
 }
 
 impl Store {

@@ -46,7 +46,7 @@ pub use adapter_releases::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
-    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget,
+    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget, SentCall,
     ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
 };
 pub use env::{Entropy, Env, OsEntropy, SeededEntropy};
@@ -135,7 +135,18 @@ pub struct StoreOptions {
     /// fails its first statement (its transaction never commits) instead.
     /// SQLite never pings: its connection is a handle in this process.
     pub ping_before_acquire: bool,
+    /// With `ping_before_acquire`: only a connection that sat idle in the pool
+    /// at least this long is pinged. One used more recently than that was
+    /// talking to the server a moment ago, so under load (every connection
+    /// busy) no statement pays a ping's round trip, and after a quiet spell,
+    /// when a server restart or a dropped link is likeliest to have gone
+    /// unnoticed, every connection is checked. Zero pings every time.
+    pub ping_after_idle: Duration,
 }
+
+/// The default of [`StoreOptions::ping_after_idle`] (as HikariCP's
+/// `aliveBypassWindowMs`).
+pub const DEFAULT_PING_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -150,6 +161,7 @@ impl Default for StoreOptions {
             secret_box: LocalSecretBox::process_ephemeral(),
             account_cache_ttl: account_cache::DEFAULT_TTL,
             ping_before_acquire: true,
+            ping_after_idle: DEFAULT_PING_AFTER_IDLE,
         }
     }
 }
@@ -185,14 +197,26 @@ impl Store {
             Backend::Postgres => url.to_owned(),
         };
         let busy_ms = options.sqlite_busy_timeout.as_millis();
+        let ping = backend == Backend::Postgres && options.ping_before_acquire;
+        let ping_after_idle = options.ping_after_idle;
         let pool = AnyPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            // A SQLite connection is a handle in this process: there is no peer
-            // that could have gone away, so the ping before every acquire is a
-            // round trip to the connection's worker thread that can only ever
-            // succeed (about 6 % of the simulator's CPU).
-            .test_before_acquire(backend == Backend::Postgres && options.ping_before_acquire)
+            // sqlx's own test pings before every acquire; ours only after an
+            // idle spell (`ping_after_idle`). A SQLite connection is a handle in
+            // this process: there is no peer that could have gone away, so it
+            // is never pinged (a ping is a round trip to the connection's
+            // worker thread that can only succeed: 6 % of the simulator's CPU).
+            .test_before_acquire(false)
+            .before_acquire(move |conn, meta| {
+                Box::pin(async move {
+                    if ping && meta.idle_for >= ping_after_idle {
+                        // An error closes this connection; the pool hands out another.
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if conn.backend_name().eq_ignore_ascii_case("sqlite") {

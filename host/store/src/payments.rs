@@ -324,34 +324,77 @@ fn amounts_named(
 }
 
 pub(crate) fn attempt_from(row: &AnyRow) -> Result<PaymentAttempt, StoreError> {
+    attempt_from_prefixed(row, "")
+}
+
+/// A column's name in a read that prefixes one table's columns (`t_id`, ...)
+/// to keep them apart from another table's of the same name.
+fn col<'a>(prefix: &str, name: &'a str) -> std::borrow::Cow<'a, str> {
+    if prefix.is_empty() {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(format!("{prefix}{name}"))
+    }
+}
+
+/// An attempt from a row whose attempt columns are named `{prefix}{column}`.
+fn attempt_from_prefixed(row: &AnyRow, p: &str) -> Result<PaymentAttempt, StoreError> {
     const T: &str = "payment_attempts";
+    let t = |name| -> Result<String, StoreError> { text(row, &col(p, name)) };
+    let ot = |name| -> Result<Option<String>, StoreError> { opt_text(row, &col(p, name)) };
+    let i = |name| -> Result<i64, StoreError> { int(row, &col(p, name)) };
+    let oi = |name| -> Result<Option<i64>, StoreError> { opt_int(row, &col(p, name)) };
+    let currency = Currency::parse(&t("currency")?)
+        .map_err(|e| StoreError::corrupt(T, format!("currency: {e}")))?;
+    let last_event = ot("last_event_identity")?
+        .map(|raw| {
+            serde_json::from_str(&raw)
+                .map_err(|e| StoreError::corrupt(T, format!("last_event_identity: {e}")))
+        })
+        .transpose()?;
+    let failure = ot("failure_category")?
+        .and_then(|c| FailureCategory::parse(&c))
+        .map(|category| -> Result<Failure, StoreError> {
+            Ok(Failure {
+                category,
+                code: ot("failure_code")?.unwrap_or_default(),
+                message: ot("failure_message")?.unwrap_or_default(),
+            })
+        })
+        .transpose()?;
+    let adapter_pin = ot("adapter_version")?
+        .zip(ot("adapter_digest")?)
+        .map(|(version, digest)| crate::adapter_releases::AdapterPin { version, digest });
     Ok(PaymentAttempt {
-        id: text(row, "id")?,
-        payment_id: text(row, "payment_id")?,
-        attempt_no: int(row, "attempt_no")?,
-        reference: text(row, "reference")?,
-        adapter: text(row, "adapter")?,
-        connector_account_id: text(row, "connector_account_id")?,
-        psp_reference: opt_text(row, "psp_reference")?,
-        amount: money(row, T)?,
-        capture_mode: parsed(row, T, "capture_mode", CaptureMode::parse)?,
-        payment_method_token: opt_text(row, "payment_method_token")?,
-        payment_method_type: opt_text(row, "payment_method_type")?,
-        state: parsed(row, T, "state", AttemptState::parse)?,
-        version: int(row, "version")?,
-        next_retry_time: opt_int(row, "next_retry_time")?,
-        retry_count: int(row, "retry_count")?,
-        last_psp_call_at: opt_int(row, "last_psp_call_at")?,
-        timeout_at: opt_int(row, "timeout_at")?,
-        expires_at: opt_int(row, "expires_at")?,
-        last_event: last_event(row, T)?,
-        next_action_url: opt_text(row, "next_action_url")?,
-        failure: failure(row)?,
-        authorized_at: opt_int(row, "authorized_at")?,
-        void_requested_at: opt_int(row, "void_requested_at")?,
-        created_at: int(row, "created_at")?,
-        updated_at: int(row, "updated_at")?,
-        adapter_pin: crate::adapter_releases::pin_from(row)?,
+        id: t("id")?,
+        payment_id: t("payment_id")?,
+        attempt_no: i("attempt_no")?,
+        reference: t("reference")?,
+        adapter: t("adapter")?,
+        connector_account_id: t("connector_account_id")?,
+        psp_reference: ot("psp_reference")?,
+        amount: Money {
+            amount_minor: i("amount_minor")?,
+            currency,
+        },
+        capture_mode: parsed(row, T, &col(p, "capture_mode"), CaptureMode::parse)?,
+        payment_method_token: ot("payment_method_token")?,
+        payment_method_type: ot("payment_method_type")?,
+        state: parsed(row, T, &col(p, "state"), AttemptState::parse)?,
+        version: i("version")?,
+        next_retry_time: oi("next_retry_time")?,
+        retry_count: i("retry_count")?,
+        last_psp_call_at: oi("last_psp_call_at")?,
+        timeout_at: oi("timeout_at")?,
+        expires_at: oi("expires_at")?,
+        last_event,
+        next_action_url: ot("next_action_url")?,
+        failure,
+        authorized_at: oi("authorized_at")?,
+        void_requested_at: oi("void_requested_at")?,
+        created_at: i("created_at")?,
+        updated_at: i("updated_at")?,
+        adapter_pin,
     })
 }
 
@@ -489,6 +532,15 @@ pub(crate) async fn order_in(tx: &mut Tx, payment_id: &str) -> Result<PaymentOrd
 
 /// The order joined with its amounts, `extra` columns after them.
 fn order_and_amounts_sql(extra: &str) -> String {
+    order_head_sql(
+        extra,
+        "FROM payment_orders o JOIN payment_amounts a ON a.payment_id = o.id WHERE o.id = $1",
+    )
+}
+
+/// The order's columns (`o`) and its amounts' (`a`), `extra` columns after them,
+/// from and where the caller says.
+fn order_head_sql(extra: &str, from_where: &str) -> String {
     let order: Vec<String> = ORDER_COLS
         .split(',')
         .map(|c| format!("o.{}", c.trim()))
@@ -496,8 +548,7 @@ fn order_and_amounts_sql(extra: &str) -> String {
     format!(
         "SELECT {}, a.currency AS amounts_currency, a.amount_minor AS amounts_amount_minor, \
          a.authorized_minor, a.capture_reserved_minor, a.captured_minor, \
-         a.refund_reserved_minor, a.refunded_minor{extra} \
-         FROM payment_orders o JOIN payment_amounts a ON a.payment_id = o.id WHERE o.id = $1",
+         a.refund_reserved_minor, a.refunded_minor{extra} {from_where}",
         order.join(", ")
     )
 }
@@ -526,6 +577,54 @@ pub(crate) async fn order_and_amounts_in(
         std::sync::LazyLock::new(|| order_and_amounts_sql(""));
     let (order, amounts, _) = order_and_amounts_row(conn, &SQL, payment_id).await?;
     Ok((order, amounts))
+}
+
+/// An attempt with its order and the order's amounts, in one statement and so
+/// from one snapshot: the door's read for an event about an attempt (before,
+/// locating the attempt, then reading the order and the attempt again took
+/// three). `column` is `id` or `reference`, both unique.
+pub(crate) async fn attempt_with_order_in(
+    conn: &mut AnyConnection,
+    column: AttemptKey,
+    key: &str,
+) -> Result<Option<(PaymentOrder, PaymentAmounts, PaymentAttempt)>, StoreError> {
+    static BY_ID: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| attempt_with_order_sql("id"));
+    static BY_REFERENCE: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| attempt_with_order_sql("reference"));
+    let sql = match column {
+        AttemptKey::Id => &*BY_ID,
+        AttemptKey::Reference => &*BY_REFERENCE,
+    };
+    let Some(row) = sqlx::query(sql).bind(key).fetch_optional(conn).await? else {
+        return Ok(None);
+    };
+    let amounts = amounts_named(&row, "amounts_currency", "amounts_amount_minor")?;
+    let attempt = attempt_from_prefixed(&row, ATTEMPT_PREFIX)?;
+    Ok(Some((order_from(&row)?, amounts, attempt)))
+}
+
+/// Which unique column of an attempt a read goes by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttemptKey {
+    Id,
+    Reference,
+}
+
+const ATTEMPT_PREFIX: &str = "t_";
+
+fn attempt_with_order_sql(column: &str) -> String {
+    let attempt: Vec<String> = ATTEMPT_COLS
+        .split(',')
+        .map(|c| format!("t.{0} AS {ATTEMPT_PREFIX}{0}", c.trim()))
+        .collect();
+    order_head_sql(
+        &format!(", {}", attempt.join(", ")),
+        &format!(
+            "FROM payment_attempts t JOIN payment_orders o ON o.id = t.payment_id \
+             JOIN payment_amounts a ON a.payment_id = o.id WHERE t.{column} = $1"
+        ),
+    )
 }
 
 /// The head of a payment's details: the order, its amounts, and whether it has
@@ -853,7 +952,7 @@ impl Store {
             ),
             None => "attempt created with a stable reference before any PSP call".to_owned(),
         };
-        for h in [
+        let rows = [
             NewHistory {
                 payment_id: &order.id,
                 aggregate_type: "order",
@@ -884,9 +983,8 @@ impl Store {
                 provenance: Some(provenance),
                 ..NewHistory::default()
             },
-        ] {
-            history::append(tx, &h, now).await?;
-        }
+        ];
+        history::append_all(tx, &rows, now).await?;
         Ok(Step::Done(Ok(attempt)))
     }
 
@@ -1029,6 +1127,19 @@ impl Store {
             attempt_from,
         )
         .await
+    }
+
+    /// An attempt and its order, in one statement (one snapshot): what a step
+    /// of the attempt is decided from.
+    pub async fn get_attempt_with_order(
+        &self,
+        attempt_id: &str,
+    ) -> Result<(PaymentOrder, PaymentAttempt), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let (order, _, attempt) = attempt_with_order_in(&mut conn, AttemptKey::Id, attempt_id)
+            .await?
+            .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
+        Ok((order, attempt))
     }
 
     pub async fn get_attempt_by_reference(

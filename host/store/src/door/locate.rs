@@ -98,22 +98,40 @@ async fn find_scoped(
         .bind(&scope.adapter)
         .fetch_all(&mut **tx)
         .await?;
+    let found = rows
+        .iter()
+        .map(|row| {
+            let found = Found {
+                id: row.try_get("id")?,
+                payment_id: row.try_get("payment_id")?,
+            };
+            Ok((found, row.try_get::<String, _>("account_id")?))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    in_scope(found, scope, table.entity(), key)
+}
+
+/// The one of `rows` (each with its account) that belongs to the scope's
+/// account. When only other accounts have one, the event is refused: it
+/// names another tenant's money.
+fn in_scope<T>(
+    rows: Vec<(T, String)>,
+    scope: &AccountScope,
+    entity: &'static str,
+    key: &str,
+) -> Result<Option<T>, StoreError> {
     let mut outside = false;
-    for row in &rows {
-        let account: String = row.try_get("account_id")?;
+    for (row, account) in rows {
         if account == scope.account_id {
             // Unique per account (references are unique, PSP references
             // unique per account: migration 0011), so this is the one.
-            return Ok(Some(Found {
-                id: row.try_get("id")?,
-                payment_id: row.try_get("payment_id")?,
-            }));
+            return Ok(Some(row));
         }
         outside = true;
     }
     if outside {
         return Err(StoreError::OutOfScope {
-            entity: table.entity(),
+            entity,
             key: key.to_owned(),
             account: scope.account_id.clone(),
         });
@@ -249,23 +267,37 @@ async fn refund_from_event(
         .ok_or_else(|| StoreError::not_found("refund", by.1))
 }
 
-/// The scope's attempt whose `column` is `key`.
+/// The scope's attempt whose `column` is `key`, read whole in the same
+/// statement that checks its account.
 async fn scoped_attempt(
     tx: &mut Tx,
     scope: &AccountScope,
     column: &str,
     key: &str,
 ) -> Result<Option<PaymentAttempt>, StoreError> {
-    let Some(found) = find_scoped(tx, scope, Table::Attempts, column, key).await? else {
-        return Ok(None);
+    // Our references are unique across adapters; PSP references only at one
+    // adapter (which is also what their index covers).
+    let adapter = if column == "reference" {
+        "$2 = $2"
+    } else {
+        "adapter = $2"
     };
-    let row = sqlx::query(&format!(
-        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE id = $1"
+    let rows = sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE {column} = $1 AND {adapter}"
     ))
-    .bind(&found.id)
-    .fetch_one(&mut **tx)
+    .bind(key)
+    .bind(&scope.adapter)
+    .fetch_all(&mut **tx)
     .await?;
-    Ok(Some(attempt_from(&row)?))
+    let attempts = rows
+        .iter()
+        .map(|row| {
+            let attempt = attempt_from(row)?;
+            let account = attempt.connector_account_id.clone();
+            Ok((attempt, account))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    in_scope(attempts, scope, Table::Attempts.entity(), key)
 }
 
 /// Send the event to the attempt or, per the core's routing, to one of its captures.

@@ -417,7 +417,7 @@ impl Store {
             result["payment_version"] = serde_json::json!(version);
         } else if outcome != ReviewOutcome::Dismiss {
             let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
-            let applied = match self.apply_event_once(tx, &input).await? {
+            let applied = match self.apply_event_once(tx, &input, None).await? {
                 Step::Done(applied) => applied,
                 Step::Retry => return Ok(Approval::Retry),
             };

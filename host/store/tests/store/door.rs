@@ -576,17 +576,54 @@ dual_test! {
 
 dual_test! {
     /// Issue 15: an attempt follows the adapter version that built its first request,
-    /// whatever is active when it is looked at again.
-    async fn an_attempt_keeps_the_first_adapter_pin_it_was_given(&db) {
+    /// whatever is active when it is looked at again. The pin and the time of the call
+    /// are written by the record of the send itself (issue 17: one transaction, not three).
+    async fn the_record_of_a_send_pins_the_adapter_version_once_and_notes_the_call(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
-        let (_, attempt) = fx.submitted(store, "PIN-1", 100, CaptureMode::Automatic).await;
+        let payment = fx.payment(store, "PIN-1", 100, CaptureMode::Manual).await;
+        let attempt = fx.attempt(store, &payment).await;
         let first = sluice_store::AdapterPin { version: "1.0.0".into(), digest: "sha256:aaa".into() };
         let later = sluice_store::AdapterPin { version: "1.1.0".into(), digest: "sha256:bbb".into() };
-        assert_eq!(store.pin_attempt_adapter(&attempt.id, &first).await.unwrap(), first);
-        assert_eq!(store.pin_attempt_adapter(&attempt.id, &later).await.unwrap(), first, "a pin is never replaced");
-        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().adapter_pin, Some(first));
-        let missing = store.pin_attempt_adapter("att_missing", &later).await;
-        assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
+        let sent = |pin: &sluice_store::AdapterPin| sluice_store::SentCall { pin: Some(pin.clone()) };
+        let submitted = event(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse);
+
+        db.clock.advance(1_000);
+        let recorded = store.apply_sent(&on_attempt(&attempt, submitted.clone()), &sent(&first)).await.unwrap();
+        assert_eq!(recorded.decision, DecisionKind::Applied);
+        let after = store.get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(after.adapter_pin, Some(first.clone()));
+        assert_eq!(after.last_psp_call_at, Some(db.clock.now_ms()));
+
+        // A second record of the same send is a duplicate: nothing is written.
+        db.clock.advance(1_000);
+        let again = store.apply_sent(&on_attempt(&attempt, submitted), &sent(&later)).await.unwrap();
+        assert_ne!(again.decision, DecisionKind::Applied, "{again:?}");
+        let unchanged = store.get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(unchanged.adapter_pin, Some(first.clone()));
+        assert_eq!(unchanged.last_psp_call_at, after.last_psp_call_at);
+
+        // A later send about the same attempt (its void) notes the call and keeps the pin.
+        let mut authorized = event(EventKind::PaymentAuthorized, EvidenceSource::SyncResponse);
+        authorized.psp_reference = Some("pi_PIN1".into());
+        store.apply_event(&on_attempt(&attempt, authorized)).await.unwrap();
+        db.clock.advance(1_000);
+        let mut void = event(EventKind::VoidSubmitted, EvidenceSource::SyncResponse);
+        void.psp_reference = Some("pi_PIN1".into());
+        let voided = store.apply_sent(&on_attempt(&attempt, void), &sent(&later)).await.unwrap();
+        assert_eq!(voided.decision, DecisionKind::Applied);
+        let voiding = store.get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(voiding.adapter_pin, Some(first), "a pin is never replaced");
+        assert_eq!(voiding.last_psp_call_at, Some(db.clock.now_ms()));
+
+        // An event that is not the record of a send leaves the call's time alone.
+        db.clock.advance(1_000);
+        let mut canceled = event(EventKind::PaymentCanceled, EvidenceSource::SyncResponse);
+        canceled.psp_reference = Some("pi_PIN1".into());
+        let closed = store.apply_event(&on_attempt(&attempt, canceled)).await.unwrap();
+        assert_eq!(closed.decision, DecisionKind::Applied);
+        let plain = store.get_attempt(&attempt.id).await.unwrap();
+        assert_eq!(plain.state, AttemptState::Canceled);
+        assert_eq!(plain.last_psp_call_at, voiding.last_psp_call_at);
     }
 }

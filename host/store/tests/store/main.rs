@@ -12,6 +12,7 @@ mod exits;
 mod fulfillment;
 mod history;
 mod money;
+mod pool;
 mod queues;
 mod reconciliation;
 mod review;

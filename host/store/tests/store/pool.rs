@@ -1,0 +1,92 @@
+//! Issue 17: a pooled PostgreSQL connection is pinged only after it sat idle
+//! (`StoreOptions::ping_after_idle`). These tests drop the store's connection
+//! from the server's side, as a restart or a broken link would, and show both
+//! sides of the trade: after an idle spell the ping finds the dead connection
+//! and the statement runs on a new one; within the window nothing is pinged,
+//! so the dead connection fails one statement (no transaction commits on it)
+//! and the pool then replaces it. SQLite connections are never pinged.
+
+use std::time::Duration;
+
+use sluice_store::{Backend, Store, StoreOptions};
+use sluice_test_support::TestDb;
+
+/// Terminate every server process of the store's database but our own, and
+/// wait until the server has let them go.
+async fn drop_connections_server_side(url: &str) {
+    // One connection, so "every process but our own" is every other one.
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("admin connection");
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&admin)
+    .await
+    .expect("terminate");
+    sluice_test_support::eventually(Duration::from_secs(10), "the backends to exit", || {
+        let admin = admin.clone();
+        async move {
+            let left: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .fetch_one(&admin)
+            .await
+            .expect("count");
+            (left == 0).then_some(())
+        }
+    })
+    .await;
+    admin.close().await;
+}
+
+async fn store_on(db: &TestDb, ping_after_idle: Duration) -> Store {
+    db.store_with(StoreOptions {
+        max_connections: 1,
+        ping_after_idle,
+        ..db.options()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_connection_dropped_by_the_server_while_idle_is_replaced_before_a_statement_uses_it() {
+    let db: TestDb = TestDb::open(Backend::Postgres).await;
+    let store = store_on(&db, Duration::ZERO).await;
+    store
+        .list_merchants()
+        .await
+        .expect("first use opens the connection");
+    drop_connections_server_side(&db.url).await;
+    let after = store.list_merchants().await;
+    assert!(
+        after.is_ok(),
+        "the ping should have found the dead connection: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_used_within_the_idle_window_is_not_pinged_so_a_dead_one_fails_one_statement()
+{
+    let db: TestDb = TestDb::open(Backend::Postgres).await;
+    let store = store_on(&db, Duration::from_secs(3600)).await;
+    store
+        .list_merchants()
+        .await
+        .expect("first use opens the connection");
+    drop_connections_server_side(&db.url).await;
+    let first = store.list_merchants().await;
+    assert!(
+        first.is_err(),
+        "no ping within the window, so the dead connection is used: {first:?}"
+    );
+    let second = store.list_merchants().await;
+    assert!(
+        second.is_ok(),
+        "the pool replaces a connection that failed: {second:?}"
+    );
+}
