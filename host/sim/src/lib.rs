@@ -17,10 +17,12 @@ pub mod business;
 pub mod check;
 pub mod fulfillment;
 pub mod fulfillment_check;
+pub mod kills;
 pub mod manual_refund;
 pub mod merchants;
 pub mod net;
 pub mod ops;
+pub mod race;
 pub mod review;
 pub mod review_fulfillment;
 pub mod rng;
@@ -91,6 +93,8 @@ pub struct SeedReport {
     pub trace_lines: u64,
     pub payments: usize,
     pub crashes: u32,
+    /// Of the crashes, the kills at the store's await points.
+    pub store_kills: u32,
     pub violations: Vec<String>,
     /// How many payments with a business goal ended in each fulfillment
     /// state (empty when the seed failed before convergence).
@@ -241,6 +245,7 @@ impl Simulator {
             trace_lines: world.trace.len(),
             payments: world.payments.len(),
             crashes: world.crashes,
+            store_kills: world.armed.kills(),
             violations: world.violations.clone(),
             fulfillment: world.fulfillment_outcomes.clone(),
             tail: world.trace.tail(),
@@ -316,7 +321,9 @@ impl World {
     /// merchant never confirms) of payments no operator has been asked
     /// about, inbox events not yet applied, outbox events and deliveries not
     /// yet done, the earliest of their due times after `now`, and when the
-    /// first lease or claim held at `now` runs out: one statement, as every
+    /// first lease or claim held at `now` runs out (a scanner's lease, an
+    /// outbox event's or delivery's claim, an inbox event's claim by a
+    /// processor killed while applying it): one statement, as every
     /// convergence round asks.
     async fn open_outside_review(&self, now: i64) -> Result<OpenOutsideReview, SimError> {
         let (count, next_due, lease_expiry): (i64, Option<i64>, Option<i64>) =
@@ -368,6 +375,8 @@ leases AS (
     SELECT claimed_until FROM outbox WHERE status = 'pending'
     UNION ALL
     SELECT claimed_until FROM event_deliveries WHERE status = 'pending'
+    UNION ALL
+    SELECT claimed_until FROM webhook_inbox WHERE status = 'processing'
 )
 SELECT (SELECT COUNT(*) FROM open_rows),
        (SELECT MIN(due) FROM open_rows WHERE due > $1),

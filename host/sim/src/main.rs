@@ -76,8 +76,12 @@ fn replay(adapters: &std::path::Path, options: SimOptions, seed: u64) -> ExitCod
     match outcome {
         Ok(report) => {
             println!(
-                "seed {seed}: {} payments, {} crashes, {} trace lines, trace hash {}",
-                report.payments, report.crashes, report.trace_lines, report.trace_hash
+                "seed {seed}: {} payments, {} crashes ({} at store await points), {} trace lines, trace hash {}",
+                report.payments,
+                report.crashes,
+                report.store_kills,
+                report.trace_lines,
+                report.trace_hash
             );
             if report.passed() {
                 println!("seed {seed}: all invariants hold");
@@ -134,8 +138,9 @@ fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCo
     let passed = first.iter().flatten().filter(|r| r.passed()).count();
     let payments: usize = first.iter().flatten().map(|r| r.payments).sum();
     let crashes: u32 = first.iter().flatten().map(|r| r.crashes).sum();
+    let store_kills: u32 = first.iter().flatten().map(|r| r.store_kills).sum();
     println!(
-        "sim: {passed}/{} seeds passed ({payments} payments, {crashes} crashes), {} replayed with {nondeterministic} trace differences, in {:.1} s",
+        "sim: {passed}/{} seeds passed ({payments} payments, {crashes} crashes, {store_kills} of them at store await points), {} replayed with {nondeterministic} trace differences, in {:.1} s",
         seeds.len(),
         again.len(),
         started.elapsed().as_secs_f64()

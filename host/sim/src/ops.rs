@@ -11,6 +11,7 @@ use sluice_orchestrator::{ConfirmOptions, CreatePayment, OrchestratorError};
 use sluice_sandbox_psp::PayStatus;
 use sluice_store::PendingKind;
 
+use crate::kills::CatchKilled;
 use crate::merchants::report_line;
 use crate::world::{KeyedOp, SimFulfillment, SimPayment, World, HONEST};
 use crate::SimError;
@@ -35,6 +36,7 @@ pub enum Step {
     Crash,
     ConfirmFulfillment,
     Review,
+    Race,
 }
 
 /// How often each step is drawn (weights).
@@ -56,6 +58,7 @@ const STEPS: &[(u64, Step)] = &[
     (1, Step::Crash),
     (6, Step::ConfirmFulfillment),
     (4, Step::Review),
+    (4, Step::Race),
 ];
 
 /// Payment method tokens and how often customers use them.
@@ -71,6 +74,7 @@ const TOKENS: &[(u64, &str)] = &[
 impl World {
     /// Draws and runs one workload step.
     pub async fn step(&mut self) -> Result<(), SimError> {
+        self.switch_instance();
         let step = self.rng.weighted(STEPS).unwrap_or(Step::Advance);
         match step {
             Step::Create => self.create().await,
@@ -96,20 +100,28 @@ impl World {
             }
             Step::ConfirmFulfillment => self.confirm_fulfillment().await,
             Step::Review => self.review().await,
+            // A race needs two instances; with one, a refund as any other.
+            Step::Race if self.other.is_none() => self.refund().await,
+            Step::Race => self.race().await,
         }
     }
 
     /// Runs `op` on the live incarnation; None when the process was killed
-    /// in the middle (then the world has already restarted).
+    /// in the middle (then the world has already restarted). The kill switch
+    /// is looked at first: once it is thrown nothing of the dead process
+    /// runs again, not even to read a join error of the task that died.
     pub async fn guarded<T>(&mut self, op: impl Future<Output = T>) -> Result<Option<T>, SimError> {
         let crash = self.gw.crash.clone();
+        let armed = self.armed.arm();
         let outcome = tokio::select! {
             biased;
-            out = op => Some(out),
             _ = crash.killed() => None,
+            out = CatchKilled::new(op) => out,
         };
-        if outcome.is_none() {
+        drop(armed);
+        if outcome.is_none() || crash.is_dead() {
             self.restart().await?;
+            return Ok(None);
         }
         Ok(outcome)
     }
@@ -271,7 +283,13 @@ impl World {
         self.keyed(op, &payment, &merchant, &key, amount).await
     }
 
-    fn remember_key(&mut self, payment: &SimPayment, op: KeyedOp, key: &str, amount: i64) {
+    pub(crate) fn remember_key(
+        &mut self,
+        payment: &SimPayment,
+        op: KeyedOp,
+        key: &str,
+        amount: i64,
+    ) {
         if let Some(p) = self
             .payments
             .iter_mut()
@@ -528,7 +546,7 @@ pub fn eur(amount: i64) -> Result<Money, SimError> {
     Money::positive(amount, currency).map_err(|e| SimError::Setup(e.to_string()))
 }
 
-fn outcome_label(outcome: Result<String, OrchestratorError>) -> String {
+pub(crate) fn outcome_label(outcome: Result<String, OrchestratorError>) -> String {
     match outcome {
         Ok(state) => state,
         Err(error) => error_label(&error),

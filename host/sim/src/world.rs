@@ -22,6 +22,7 @@ use sluice_store::{
 };
 
 use crate::business::SimBusiness;
+use crate::kills::{Armed, StoreKills};
 use crate::merchants::SimMerchants;
 use crate::net::{Crash, NetMode, SimNet};
 use crate::rng::SimRng;
@@ -97,6 +98,9 @@ pub enum KeyedOp {
 
 /// The gateway process that is alive now.
 pub struct Incarnation {
+    /// Which incarnation of the seed this is: 0 is the first, each restart
+    /// or second instance the next number.
+    pub serial: u64,
     pub store: Store,
     pub orch: Orchestrator,
     pub scanner: Scanner,
@@ -109,6 +113,9 @@ pub const START_MS: i64 = 1_767_225_600_000;
 
 /// The honest tenants; the last tenant of the world is the hostile one.
 pub const HONEST: usize = 2;
+
+/// Seeds per thousand with two gateway instances on the database.
+pub const TWO_INSTANCES_PER_MILLE: u64 = 300;
 
 pub struct World {
     pub seed: u64,
@@ -123,6 +130,10 @@ pub struct World {
     pub in_flight: Vec<CapturedWebhook>,
     pub mode: Arc<Mutex<NetMode>>,
     pub gw: Incarnation,
+    /// In seeds with two gateway instances on the database, the one not
+    /// running the current step (steps switch between them; a race runs
+    /// one operation on each).
+    pub other: Option<Incarnation>,
     pub crashes: u32,
     pub violations: Vec<String>,
     pub observed: crate::check::Observed,
@@ -153,9 +164,13 @@ pub struct World {
     pub manual_refunds: Vec<crate::manual_refund::ApprovedManualRefund>,
     /// Fulfillment resolutions the operators applied.
     pub fulfillment_resolutions: crate::review_fulfillment::Resolutions,
+    /// Whether a guarded operation runs (kills at store await points are
+    /// drawn only then).
+    pub armed: Armed,
     db_url: String,
     runtime: AdapterRuntime,
     entropy_seed: u64,
+    next_serial: u64,
 }
 
 impl World {
@@ -184,7 +199,9 @@ impl World {
         let entropy_seed = seed ^ 0x5eed_5eed_5eed_5eed;
         let merchants = SimMerchants::new(rng.clone(), mode.clone(), trace.clone());
         let business = SimBusiness::new(rng.clone(), clock.clone(), trace.clone(), mode.clone());
+        let armed = Armed::default();
         let gw = incarnation(
+            0,
             &db_url,
             &runtime,
             &clock,
@@ -195,6 +212,7 @@ impl World {
             &merchants,
             entropy_seed,
             &business,
+            &armed,
         )
         .await?;
         let mut world = World {
@@ -208,6 +226,7 @@ impl World {
             in_flight: Vec::new(),
             mode,
             gw,
+            other: None,
             crashes: 0,
             violations: Vec::new(),
             observed: crate::check::Observed::default(),
@@ -223,12 +242,17 @@ impl World {
             proposals: Vec::new(),
             manual_refunds: Vec::new(),
             fulfillment_resolutions: BTreeMap::new(),
+            armed,
             db_url,
             runtime,
             entropy_seed,
+            next_serial: 1,
         };
         world.add_tenants().await?;
         world.add_operators().await?;
+        if world.rng.chance(TWO_INSTANCES_PER_MILLE) {
+            world.other = Some(world.incarnation().await?);
+        }
         world.set_mode(drawn);
         Ok(world)
     }
@@ -249,9 +273,40 @@ impl World {
         self.crashes += 1;
         self.trace
             .line("crash: gateway killed; restarting from the database");
+        self.gw = self.incarnation().await?;
+        Ok(())
+    }
+
+    /// The other instance died: the same.
+    pub async fn restart_other(&mut self) -> Result<(), SimError> {
+        self.crashes += 1;
+        self.trace
+            .line("crash: the other gateway instance killed; restarting it from the database");
+        self.other = Some(self.incarnation().await?);
+        Ok(())
+    }
+
+    /// With two instances, the next step runs on either (drawn).
+    pub fn switch_instance(&mut self) {
+        if let Some(other) = self.other.as_mut() {
+            if self.rng.chance(500) {
+                std::mem::swap(&mut self.gw, other);
+                self.trace.line(format!(
+                    "gateway instance {} takes the step",
+                    self.gw.serial
+                ));
+            }
+        }
+    }
+
+    /// A new gateway process on the world's database.
+    async fn incarnation(&mut self) -> Result<Incarnation, SimError> {
         // Each incarnation draws its own jitter stream.
         self.entropy_seed = self.entropy_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        self.gw = incarnation(
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        incarnation(
+            serial,
             &self.db_url,
             &self.runtime,
             &self.clock,
@@ -262,9 +317,9 @@ impl World {
             &self.merchants,
             self.entropy_seed,
             &self.business,
+            &self.armed,
         )
-        .await?;
-        Ok(())
+        .await
     }
 
     pub fn set_mode(&self, mode: NetMode) {
@@ -449,6 +504,7 @@ fn sandbox(seed: u64, clock: &ManualClock, rng: &SimRng) -> Result<SandboxHandle
 
 #[allow(clippy::too_many_arguments)]
 async fn incarnation(
+    serial: u64,
     db_url: &str,
     runtime: &AdapterRuntime,
     clock: &ManualClock,
@@ -459,8 +515,17 @@ async fn incarnation(
     merchants: &SimMerchants,
     entropy_seed: u64,
     business: &SimBusiness,
+    armed: &Armed,
 ) -> Result<Incarnation, SimError> {
     let crash = Crash::new();
+    let kills = StoreKills {
+        serial,
+        rng: rng.clone(),
+        crash: crash.clone(),
+        mode: mode.clone(),
+        trace: trace.clone(),
+        armed: armed.clone(),
+    };
     let store = Store::connect_with(
         db_url,
         StoreOptions {
@@ -471,6 +536,7 @@ async fn incarnation(
             max_connections: 1,
             clock: Arc::new(clock.clone()),
             entropy: Arc::new(SeededEntropy::new(entropy_seed)),
+            await_points: Some(Arc::new(kills)),
             ..StoreOptions::default()
         },
     )
@@ -499,6 +565,7 @@ async fn incarnation(
         .publisher(store.clone(), crash.clone())
         .map_err(|e| SimError::Setup(e.to_string()))?;
     Ok(Incarnation {
+        serial,
         store,
         orch,
         scanner,

@@ -79,3 +79,25 @@ fn seeds_with_faults_and_crashes_keep_every_money_invariant() {
         );
     }
 }
+
+/// Seeds found by the kills at the store's await points (40 steps, the
+/// default): an inbox processor killed while applying an event leaves it
+/// `processing` under its claim, and convergence must wait for the claim to
+/// run out (it once stopped with the event never applied).
+#[test]
+fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_out() {
+    let sim = simulator();
+    for seed in [4, 230] {
+        let report = sim.run(seed).expect("seed runs");
+        assert!(
+            report.store_kills > 0,
+            "seed {seed} no longer kills at a store await point"
+        );
+        assert!(
+            report.passed(),
+            "seed {seed}: {:?}\n{}",
+            report.violations,
+            report.tail.join("\n")
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! Plumbing shared by every module: connection set-up, write transactions and
 //! row decoding.
 
+use crate::env::AwaitPoint;
 use crate::{Backend, Store, StoreError};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row, Transaction};
@@ -61,11 +62,17 @@ impl Store {
     /// up front (`BEGIN IMMEDIATE`): a deferred transaction that read first and
     /// writes later fails with SQLITE_BUSY instead of waiting when another
     /// writer got in between, which would turn every race into an error.
+    ///
+    /// Both sides of the `BEGIN` are await points ([`crate::env::AwaitPoints`]):
+    /// the simulator kills the gateway there, before the transaction or
+    /// holding it.
     pub(crate) async fn begin_write(&self) -> Result<Tx, StoreError> {
+        self.env.reached(AwaitPoint::BeforeWrite).await;
         let tx = match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.pool.begin().await?,
         };
+        self.env.reached(AwaitPoint::InWrite).await;
         Ok(tx)
     }
 }

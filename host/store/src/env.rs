@@ -1,7 +1,10 @@
 //! The environment every component draws nondeterminism from: time and
 //! random numbers. Production uses the system's; a test or the deterministic
 //! simulator (issue 12) passes a manual clock and a seeded generator, so one
-//! seed gives one run.
+//! seed gives one run. The simulator also passes [`AwaitPoints`]: the store
+//! tells it when it reaches a point where a real process could die (a write
+//! transaction about to begin, or begun), and the simulator may kill the
+//! gateway there. Production passes none.
 //!
 //! The store holds the `Env` it was opened with and hands it on
 //! ([`crate::Store::env`]): the scanner's and the publisher's jitter and the
@@ -9,6 +12,8 @@
 //! UUIDv7: sequentially minted ones are ordered, so no decision depends on
 //! their random bits.)
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use rand::rngs::StdRng;
@@ -65,11 +70,42 @@ impl Entropy for SeededEntropy {
     }
 }
 
-/// Clock and entropy, shared by every component of one gateway.
+/// A point where the store waits on the database, named for whoever watches
+/// them ([`AwaitPoints`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AwaitPoint {
+    /// A write transaction is about to begin: nothing of it is held yet.
+    BeforeWrite,
+    /// A write transaction has begun and nothing is written yet; on SQLite its
+    /// connection holds the database's write lock (`BEGIN IMMEDIATE`).
+    InWrite,
+}
+
+impl AwaitPoint {
+    pub fn label(self) -> &'static str {
+        match self {
+            AwaitPoint::BeforeWrite => "before_write",
+            AwaitPoint::InWrite => "in_write",
+        }
+    }
+}
+
+/// Watches the store's await points. The deterministic simulator kills the
+/// gateway process at some of them (its implementation then never returns:
+/// it unwinds the task, as a dead process runs nothing more, and what the
+/// task held, such as an open transaction, is dropped and rolled back). The
+/// future it returns is awaited before the store goes on.
+pub trait AwaitPoints: Send + Sync + std::fmt::Debug {
+    fn reached(&self, point: AwaitPoint) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// Clock and entropy, shared by every component of one gateway, and who
+/// watches the store's await points (nobody in production).
 #[derive(Debug, Clone)]
 pub struct Env {
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
+    pub await_points: Option<Arc<dyn AwaitPoints>>,
 }
 
 impl Env {
@@ -83,6 +119,7 @@ impl Env {
         Env {
             clock,
             entropy: Arc::new(OsEntropy),
+            await_points: None,
         }
     }
 
@@ -93,12 +130,20 @@ impl Env {
         let env = Env {
             clock: Arc::new(clock.clone()),
             entropy: Arc::new(SeededEntropy::new(seed)),
+            await_points: None,
         };
         (env, clock)
     }
 
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// Tells the watcher, if any, that the store reached `point`.
+    pub async fn reached(&self, point: AwaitPoint) {
+        if let Some(points) = &self.await_points {
+            points.reached(point).await;
+        }
     }
 }
 

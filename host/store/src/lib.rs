@@ -49,7 +49,7 @@ pub use door::{
     cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget, SentCall,
     ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
 };
-pub use env::{Entropy, Env, OsEntropy, SeededEntropy};
+pub use env::{AwaitPoint, AwaitPoints, Entropy, Env, OsEntropy, SeededEntropy};
 pub use error::StoreError;
 pub use fulfillment::{DueFulfillment, FulfillmentApplied, FulfillmentEndpoint};
 pub use history::{AdapterIdentity, HistoryEntry, Provenance};
@@ -142,6 +142,9 @@ pub struct StoreOptions {
     /// when a server restart or a dropped link is likeliest to have gone
     /// unnoticed, every connection is checked. Zero pings every time.
     pub ping_after_idle: Duration,
+    /// Who watches the store's await points ([`env::AwaitPoints`]): nobody
+    /// in production; the deterministic simulator kills the gateway there.
+    pub await_points: Option<Arc<dyn AwaitPoints>>,
 }
 
 /// The default of [`StoreOptions::ping_after_idle`] (as HikariCP's
@@ -162,6 +165,7 @@ impl Default for StoreOptions {
             account_cache_ttl: account_cache::DEFAULT_TTL,
             ping_before_acquire: true,
             ping_after_idle: DEFAULT_PING_AFTER_IDLE,
+            await_points: None,
         }
     }
 }
@@ -246,6 +250,7 @@ impl Store {
             env: Env {
                 clock: options.clock,
                 entropy: options.entropy,
+                await_points: options.await_points,
             },
             query_delay_ms: i64::try_from(options.first_query_delay.as_millis())
                 .unwrap_or(i64::MAX),
