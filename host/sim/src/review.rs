@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use sluice_sandbox_psp::{PayStatus, Refund, RefundStatus};
-use sluice_store::review::{NewProposal, ReviewError, ReviewOutcome};
+use sluice_store::review::{NewProposal, Proposal, ReviewError, ReviewOutcome};
 use sluice_store::PaymentDetails;
 
 use crate::world::{SimPayment, World};
@@ -229,6 +229,7 @@ impl World {
         if !agrees {
             return Ok(());
         }
+        self.check_flag_kept(&pending, &d, &decided).await?;
         match pending.conclusion.outcome {
             ReviewOutcome::ManualRefund => self.after_manual_refund(&pending, &d, decided).await,
             o if o.fulfillment_resolution("").is_some() => {
@@ -237,6 +238,39 @@ impl World {
             }
             _ => Ok(()),
         }
+    }
+
+    /// An approved manual refund or fulfillment resolution answers nothing
+    /// that flags a payment for review (an attempt, capture or refund open
+    /// too long, contradicting evidence, a reconciliation difference): a
+    /// payment flagged before it is flagged after it, for the same reason.
+    async fn check_flag_kept(
+        &mut self,
+        pending: &PendingProposal,
+        before: &PaymentDetails,
+        decided: &Option<Result<Proposal, ReviewError>>,
+    ) -> Result<(), SimError> {
+        let outcome = pending.conclusion.outcome;
+        let beside_the_flag =
+            outcome == ReviewOutcome::ManualRefund || outcome.fulfillment_resolution("").is_some();
+        let applied = matches!(decided, Some(Ok(p)) if p.status == "applied");
+        if !(beside_the_flag && applied && before.order.manual_review) {
+            return Ok(());
+        }
+        let after = self
+            .gw
+            .store
+            .get_payment(None, &pending.payment.payment_id)
+            .await?;
+        // The reason names store ids, which stay out of the trace.
+        if !after.manual_review || after.manual_review_reason != before.order.manual_review_reason {
+            self.violation(format!(
+                "{}: an approved {} cleared the review flag raised for something else",
+                pending.payment.name,
+                outcome.as_str(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the approver, reading again now, reaches the proposer's

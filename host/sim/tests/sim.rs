@@ -101,3 +101,20 @@ fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_o
         );
     }
 }
+
+/// Seeds that found an approved manual refund clearing a review flag raised
+/// for something else (an attempt or capture UNKNOWN too long), 40 steps:
+/// the flag stays until what raised it is resolved.
+#[test]
+fn a_manual_refund_never_clears_a_review_flag_raised_for_something_else() {
+    let sim = simulator();
+    for seed in [459, 743] {
+        let report = sim.run(seed).expect("seed runs");
+        assert!(
+            report.passed(),
+            "seed {seed}: {:?}\n{}",
+            report.violations,
+            report.tail.join("\n")
+        );
+    }
+}

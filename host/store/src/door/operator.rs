@@ -444,7 +444,7 @@ impl Store {
             }
             version = applied.payment_version;
         }
-        if order.manual_review {
+        if order.manual_review && ends_review(tx, &order.id, outcome).await? {
             if !clear_review_flag(tx, &order.id, version, now).await? {
                 return Ok(Approval::Retry);
             }
@@ -611,6 +611,41 @@ async fn operator_event(
         inbox_id: None,
         next_retry_time: None,
     })
+}
+
+/// Whether approving `outcome` ends the payment's manual review. What raises
+/// the flag: an attempt, capture or refund still open past its age
+/// ([`Store::flag_manual_review`]), contradicting evidence from the door, a
+/// reconciliation difference ([`Store::flag_reconciliation_review`]). A
+/// manual refund or a fulfillment resolution answers none of them, so it
+/// never ends the review (it once did, whatever had raised the flag). A
+/// resolution of an attempt, capture or refund ends it only when no other of
+/// the payment's attempts, captures and refunds is still open (an
+/// authorization waiting for its capture aside): an open one may be why the
+/// payment was flagged. A dismissal ends it: the operators found nothing to do.
+async fn ends_review(
+    tx: &mut Tx,
+    payment_id: &str,
+    outcome: ReviewOutcome,
+) -> Result<bool, StoreError> {
+    if outcome == ReviewOutcome::Dismiss {
+        return Ok(true);
+    }
+    if outcome == ReviewOutcome::ManualRefund || outcome.fulfillment_resolution("").is_some() {
+        return Ok(false);
+    }
+    let open: i64 = sqlx::query_scalar(
+        "SELECT (SELECT COUNT(*) FROM payment_attempts WHERE payment_id = $1 \
+                   AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'AUTHORIZED')) \
+              + (SELECT COUNT(*) FROM captures WHERE payment_id = $1 \
+                   AND state NOT IN ('SUCCEEDED', 'FAILED')) \
+              + (SELECT COUNT(*) FROM refunds WHERE payment_id = $1 \
+                   AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED'))",
+    )
+    .bind(payment_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(open == 0)
 }
 
 async fn clear_review_flag(

@@ -531,6 +531,34 @@ dual_test! {
     }
 }
 
+dual_test! {
+    async fn resolving_a_frozen_fulfillment_leaves_a_payment_flagged_for_a_reconciliation_difference_in_review(&db) {
+        use sluice_store::{PendingKind, ReviewOutcome};
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let (payment, attempt) = frozen(db, &fx, "F-OP-4").await;
+        let reason = "settlement report: the PSP settled 900, we recorded 1000";
+        store
+            .flag_reconciliation_review(PendingKind::Attempt, &attempt.id, reason, &sys())
+            .await
+            .unwrap();
+        let alice = store.create_operator("alice", &operator_pepper()).await.unwrap().operator;
+        let bob = store.create_operator("bob", &operator_pepper()).await.unwrap().operator;
+        let proposed = store
+            .create_proposal(&operator_proposal(&payment, ReviewOutcome::FulfillmentFulfilled,
+                "business_ledger", &alice.id))
+            .await
+            .unwrap();
+        let approved = store.approve_proposal(&proposed.id, &bob.id, None).await.unwrap();
+        assert_eq!(approved.status, "applied", "{approved:?}");
+        assert_eq!(state_of(store, &payment.id).await, FulfillmentState::Fulfilled);
+        let order = store.get_payment(None, &payment.id).await.unwrap();
+        assert!(order.manual_review, "the difference was never looked at");
+        assert_eq!(order.manual_review_reason.as_deref(), Some(reason));
+        assert!(approved.result.as_ref().unwrap().get("review_cleared_history_id").is_none());
+    }
+}
+
 /// The merchant's own (after-sales) refund of `amount`, settled by the PSP.
 async fn merchant_refund(store: &Store, payment: &PaymentOrder, amount: i64) {
     let reserved = store

@@ -365,3 +365,76 @@ dual_test! {
         assert!(!store.get_payment(None, &payment.id).await.unwrap().manual_review);
     }
 }
+
+dual_test! {
+    async fn a_manual_refund_leaves_a_payment_flagged_for_an_unknown_refund_in_review_until_nothing_is_open(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let (payment, _) = fx.succeeded(store, "MRF-1", 100).await;
+        let request = |amount| sluice_store::RefundRequest {
+            payment_id: payment.id.clone(),
+            merchant_id: None,
+            amount: eur(amount),
+            reason: None,
+            idempotency_key: None,
+        };
+        let stuck = store.reserve_refund(&request(40), &sys()).await.unwrap().record;
+        store
+            .apply_event(&on_refund(&stuck.reference, event(EventKind::RefundUnknown, EvidenceSource::SyncResponse)))
+            .await
+            .unwrap();
+        let reason = "refund UNKNOWN too long";
+        store.flag_manual_review(PendingKind::Refund, &stuck.id, reason, &sys()).await.unwrap();
+        let alice = store.create_operator("alice", &pepper()).await.unwrap().operator;
+        let bob = store.create_operator("bob", &pepper()).await.unwrap().operator;
+        let decide = |outcome, target_id: Option<String>, amount_minor| {
+            let new = NewProposal {
+                payment_id: payment.id.clone(),
+                outcome,
+                target_id,
+                reason_code: "customer_complaint".into(),
+                evidence_note: "the customer wrote to support".into(),
+                amount_minor,
+                psp_reference: None,
+                proposed_by: alice.id.clone(),
+            };
+            let (store, bob) = (store.clone(), bob.id.clone());
+            async move {
+                let p = store.create_proposal(&new).await.unwrap();
+                store.approve_proposal(&p.id, &bob, None).await.unwrap()
+            }
+        };
+        let in_review = || {
+            let (store, id) = (store.clone(), payment.id.clone());
+            async move { store.get_payment(None, &id).await.unwrap() }
+        };
+
+        let manual = decide(ReviewOutcome::ManualRefund, None, Some(20)).await;
+        assert_eq!(manual.status, "applied", "{manual:?}");
+        let order = in_review().await;
+        assert!(order.manual_review, "the UNKNOWN refund still needs an operator");
+        assert_eq!(order.manual_review_reason.as_deref(), Some(reason));
+
+        // The stuck refund resolved while the manual refund is still open.
+        let failed = decide(ReviewOutcome::RefundFailed, Some(stuck.id.clone()), None).await;
+        assert_eq!(failed.status, "applied", "{failed:?}");
+        assert_eq!(store.get_refund(&stuck.id).await.unwrap().state, sluice_core::RefundState::Failed);
+        assert!(in_review().await.manual_review, "the manual refund is still in flight");
+
+        let sent = store.list_refunds(&payment.id).await.unwrap()
+            .into_iter().find(|r| r.id != stuck.id).expect("the manual refund");
+        let mut ok = event(EventKind::RefundSucceeded, EvidenceSource::Webhook);
+        ok.psp_reference = Some("re_manual".into());
+        ok.amount = Some(eur(20));
+        store.apply_event(&on_refund(&sent.reference, ok)).await.unwrap();
+        assert!(in_review().await.manual_review, "automation never clears the flag");
+
+        let dismissed = decide(ReviewOutcome::Dismiss, None, None).await;
+        assert_eq!(dismissed.status, "applied", "{dismissed:?}");
+        let order = in_review().await;
+        assert!(!order.manual_review);
+        assert_eq!(order.manual_review_reason, None);
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.refunded_minor, amounts.refund_reserved_minor), (20, 0));
+    }
+}
