@@ -44,24 +44,28 @@ async fn drop_connections_server_side(url: &str) {
     admin.close().await;
 }
 
-async fn store_on(db: &TestDb, ping_after_idle: Duration) -> Store {
-    db.store_with(StoreOptions {
-        max_connections: 1,
-        ping_after_idle,
-        ..db.options()
-    })
-    .await
-}
-
-#[tokio::test]
-async fn a_connection_dropped_by_the_server_while_idle_is_replaced_before_a_statement_uses_it() {
+/// A one-connection store that opened its connection, which the server has
+/// since dropped. The database handle keeps the test database alive.
+async fn store_with_a_dead_connection(ping_after_idle: Duration) -> (TestDb, Store) {
     let db: TestDb = TestDb::open(Backend::Postgres).await;
-    let store = store_on(&db, Duration::ZERO).await;
+    let store = db
+        .store_with(StoreOptions {
+            max_connections: 1,
+            ping_after_idle,
+            ..db.options()
+        })
+        .await;
     store
         .list_merchants()
         .await
         .expect("first use opens the connection");
     drop_connections_server_side(&db.url).await;
+    (db, store)
+}
+
+#[tokio::test]
+async fn a_connection_dropped_by_the_server_while_idle_is_replaced_before_a_statement_uses_it() {
+    let (_db, store) = store_with_a_dead_connection(Duration::ZERO).await;
     let after = store.list_merchants().await;
     assert!(
         after.is_ok(),
@@ -72,13 +76,7 @@ async fn a_connection_dropped_by_the_server_while_idle_is_replaced_before_a_stat
 #[tokio::test]
 async fn a_connection_used_within_the_idle_window_is_not_pinged_so_a_dead_one_fails_one_statement()
 {
-    let db: TestDb = TestDb::open(Backend::Postgres).await;
-    let store = store_on(&db, Duration::from_secs(3600)).await;
-    store
-        .list_merchants()
-        .await
-        .expect("first use opens the connection");
-    drop_connections_server_side(&db.url).await;
+    let (_db, store) = store_with_a_dead_connection(Duration::from_secs(3600)).await;
     let first = store.list_merchants().await;
     assert!(
         first.is_err(),
