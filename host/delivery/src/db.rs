@@ -13,8 +13,8 @@ pub(crate) type Tx = Transaction<'static, Any>;
 /// fails with SQLITE_BUSY instead of waiting when another writer got in first.
 pub(crate) async fn begin_write(store: &Store) -> Result<Tx, DeliveryError> {
     let tx = match store.backend() {
-        Backend::Sqlite => store.pool().begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => store.pool().begin().await?,
+        Backend::Sqlite => store.writer().begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => store.writer().begin().await?,
     };
     Ok(tx)
 }

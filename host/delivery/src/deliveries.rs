@@ -203,7 +203,7 @@ pub(crate) async fn claim(
         .bind(req.order_hold_attempts)
         .bind(&token)
         .bind(req.target.unwrap_or(""))
-        .fetch_all(store.pool())
+        .fetch_all(store.writer())
         .await?;
     let mut claimed = rows
         .iter()
@@ -234,7 +234,7 @@ pub(crate) async fn mark_sent(
     .bind(delivery_id)
     .bind(store.now_ms())
     .bind(response_status)
-    .execute(store.pool())
+    .execute(store.writer())
     .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -277,7 +277,7 @@ pub(crate) async fn record_failure(
     .bind(response_status)
     .bind(next)
     .bind(dead_at)
-    .execute(store.pool())
+    .execute(store.writer())
     .await?;
     Ok(match (done.rows_affected(), next_attempt_at) {
         (0, _) => FailureOutcome::LostClaim,

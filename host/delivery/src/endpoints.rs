@@ -342,7 +342,7 @@ pub async fn set_endpoint_enabled(
     .bind(endpoint_id)
     .bind(i64::from(enabled))
     .bind(store.now_ms())
-    .fetch_optional(store.pool())
+    .fetch_optional(store.writer())
     .await?
     .ok_or_else(|| DeliveryError::not_found("webhook endpoint", endpoint_id))?;
     endpoint_from(&row)

@@ -180,7 +180,7 @@ pub(crate) async fn set_next_look(
         .bind(due.id.as_str())
         .bind(next_retry_time)
         .bind(seen)
-        .execute(store.pool())
+        .execute(store.writer())
         .await?;
     Ok(done.rows_affected() > 0)
 }

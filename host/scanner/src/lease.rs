@@ -43,7 +43,7 @@ impl Leases {
         .bind(self.holder.as_str())
         .bind(now.saturating_add(self.lease_ms))
         .bind(now)
-        .execute(self.store.pool())
+        .execute(self.store.writer())
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -58,7 +58,7 @@ impl Leases {
             .bind(kind)
             .bind(id)
             .bind(self.holder.as_str())
-            .execute(self.store.pool())
+            .execute(self.store.writer())
             .await?;
         Ok(())
     }

@@ -97,7 +97,7 @@ impl Store {
         .bind(detail)
         .bind(actor)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -140,7 +140,7 @@ impl Store {
         .bind(&diff.input_digest)
         .bind(diff.fields.to_string())
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }

@@ -2,9 +2,9 @@
 //! row decoding.
 
 use crate::env::AwaitPoint;
-use crate::{Backend, Store, StoreError};
-use sqlx::any::AnyRow;
-use sqlx::{Any, AnyConnection, Row, Transaction};
+use crate::{Backend, Store, StoreError, StoreOptions};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 use std::path::Path;
 
 /// A write transaction on either backend.
@@ -40,6 +40,68 @@ pub(crate) fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     })
 }
 
+/// The store's read pool and its write pool, `options.max_connections`
+/// connections in all.
+///
+/// SQLite lets one connection write at a time. With several connections
+/// writing, the losers wait in SQLite's busy handler, which sleeps in steps
+/// of up to 100 ms and serves nobody in order: a writer can lose to later
+/// ones again and again. That was SQLite's p99 (443 ms beside a p50 of 53 ms
+/// at 16 concurrent payments; with one connection for everything, 93 ms;
+/// BENCHMARKS.md). So this process's writes get one connection of their own,
+/// handed out by sqlx's pool in the order it was asked for, and reads (WAL:
+/// never blocked by the writer) the others. The busy handler then only
+/// arbitrates between processes. PostgreSQL locks rows, not the database: one
+/// pool for both.
+pub(crate) async fn open_pools(
+    url: &str,
+    backend: Backend,
+    options: &StoreOptions,
+) -> Result<(AnyPool, AnyPool), StoreError> {
+    let total = options.max_connections.max(1);
+    if backend == Backend::Postgres || total == 1 {
+        let pool = pool_options(backend, options, total).connect(url).await?;
+        return Ok((pool.clone(), pool));
+    }
+    let writer = pool_options(backend, options, 1).connect(url).await?;
+    let readers = pool_options(backend, options, total - 1)
+        .connect(url)
+        .await?;
+    Ok((readers, writer))
+}
+
+fn pool_options(backend: Backend, options: &StoreOptions, max: u32) -> AnyPoolOptions {
+    let busy_ms = options.sqlite_busy_timeout.as_millis();
+    let ping = backend == Backend::Postgres && options.ping_before_acquire;
+    let ping_after_idle = options.ping_after_idle;
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(options.acquire_timeout)
+        // sqlx's own test pings before every acquire; ours only after an
+        // idle spell (`ping_after_idle`). A SQLite connection is a handle in
+        // this process: there is no peer that could have gone away, so it
+        // is never pinged (a ping is a round trip to the connection's
+        // worker thread that can only succeed: 6 % of the simulator's CPU).
+        .test_before_acquire(false)
+        .before_acquire(move |conn, meta| {
+            Box::pin(async move {
+                if ping && meta.idle_for >= ping_after_idle {
+                    // An error closes this connection; the pool hands out another.
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                if conn.backend_name().eq_ignore_ascii_case("sqlite") {
+                    sqlite_session_pragmas(conn, busy_ms).await?;
+                }
+                Ok(())
+            })
+        })
+}
+
 /// Per-connection SQLite settings (journal mode is per file, set once elsewhere).
 pub(crate) async fn sqlite_session_pragmas(
     conn: &mut AnyConnection,
@@ -69,8 +131,8 @@ impl Store {
     pub(crate) async fn begin_write(&self) -> Result<Tx, StoreError> {
         self.env.reached(AwaitPoint::BeforeWrite).await;
         let tx = match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.writer.begin().await?,
         };
         self.env.reached(AwaitPoint::InWrite).await;
         Ok(tx)

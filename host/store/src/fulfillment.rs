@@ -627,7 +627,7 @@ impl Store {
         )?)
         .bind(endpoint.timeout_ms)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         match done {
             Ok(_) => Ok(()),

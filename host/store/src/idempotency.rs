@@ -77,7 +77,7 @@ impl Store {
         .bind(fingerprint)
         .bind(now + lease_ms)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if inserted.rows_affected() == 1 {
             return Ok(IdempotencyBegin::Started);
@@ -104,7 +104,7 @@ impl Store {
         .bind(key)
         .bind(now + lease_ms)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(if taken.rows_affected() == 1 {
             IdempotencyBegin::Started
@@ -133,7 +133,7 @@ impl Store {
         .bind(i64::from(status))
         .bind(body)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found(
@@ -159,7 +159,7 @@ impl Store {
         .bind(merchant_id)
         .bind(endpoint)
         .bind(key)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -189,7 +189,7 @@ impl Store {
             "DELETE FROM idempotency_keys WHERE created_at < $1 AND state = 'completed'",
         )
         .bind(older_than_ms)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected())
     }

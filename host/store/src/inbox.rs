@@ -122,7 +122,7 @@ impl Store {
         .bind(payload_digest)
         .bind(&sealed)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if inserted.rows_affected() == 1 {
             // Ours: the read below is only needed for a body kept before.
@@ -177,7 +177,7 @@ impl Store {
         .bind(new.event.to_string())
         .bind(now)
         .bind(&new.raw_body_id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if inserted.rows_affected() == 1 {
             return Ok(InboxInsert::Inserted { id });
@@ -221,7 +221,7 @@ impl Store {
         .bind(payload_digest)
         .bind(detail)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(id)
     }
@@ -267,7 +267,7 @@ impl Store {
             .bind(now)
             .bind(now + lease_ms)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.writer)
             .await?;
         let mut entries = rows.iter().map(entry_from).collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| (a.next_attempt_at, &a.id).cmp(&(b.next_attempt_at, &b.id)));
@@ -284,7 +284,7 @@ impl Store {
         )
         .bind(id)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.expect_inbox_row(id, done.rows_affected()).await
     }
@@ -304,7 +304,7 @@ impl Store {
         .bind(id)
         .bind(error)
         .bind(retry_at)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.expect_inbox_row(id, done.rows_affected()).await
     }
@@ -318,7 +318,7 @@ impl Store {
         )
         .bind(id)
         .bind(reason)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.expect_inbox_row(id, done.rows_affected()).await
     }

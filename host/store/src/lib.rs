@@ -77,7 +77,7 @@ pub use routing::StoredRouting;
 pub use secret_box::{LocalSecretBox, MasterKey, SecretBox, SecretBoxError};
 pub use secrets::{ResealReport, SecretRotation};
 
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +110,8 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/sluice.db";
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
+    /// Connections in all. On SQLite, with two or more, one of them is the
+    /// write connection ([`Store::writer`]) and the rest read.
     pub max_connections: u32,
     /// How long a writer waits for SQLite's write lock before giving up.
     pub sqlite_busy_timeout: Duration,
@@ -173,7 +175,11 @@ impl Default for StoreOptions {
 /// A handle on the database. Cheap to clone; all clones share one pool.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// Reads (and, on PostgreSQL, everything).
     pool: AnyPool,
+    /// Every write: on SQLite with more than one connection, a pool of its own
+    /// with one connection ([`db::open_pools`]); otherwise the same pool.
+    writer: AnyPool,
     backend: Backend,
     env: Env,
     query_delay_ms: i64,
@@ -200,42 +206,12 @@ impl Store {
             Backend::Sqlite => db::prepare_sqlite_url(url)?,
             Backend::Postgres => url.to_owned(),
         };
-        let busy_ms = options.sqlite_busy_timeout.as_millis();
-        let ping = backend == Backend::Postgres && options.ping_before_acquire;
-        let ping_after_idle = options.ping_after_idle;
-        let pool = AnyPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            // sqlx's own test pings before every acquire; ours only after an
-            // idle spell (`ping_after_idle`). A SQLite connection is a handle in
-            // this process: there is no peer that could have gone away, so it
-            // is never pinged (a ping is a round trip to the connection's
-            // worker thread that can only succeed: 6 % of the simulator's CPU).
-            .test_before_acquire(false)
-            .before_acquire(move |conn, meta| {
-                Box::pin(async move {
-                    if ping && meta.idle_for >= ping_after_idle {
-                        // An error closes this connection; the pool hands out another.
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if conn.backend_name().eq_ignore_ascii_case("sqlite") {
-                        db::sqlite_session_pragmas(conn, busy_ms).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&url)
-            .await?;
+        let (pool, writer) = db::open_pools(&url, backend, &options).await?;
         if backend == Backend::Sqlite {
             // Persistent in the file; setting it once needs a moment of exclusivity,
             // which is why it is not part of every connection's set-up.
             let mode: AnyRow = sqlx::query("PRAGMA journal_mode = WAL")
-                .fetch_one(&pool)
+                .fetch_one(&writer)
                 .await?;
             let mode: String = mode.try_get(0)?;
             if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
@@ -246,6 +222,7 @@ impl Store {
         }
         Ok(Store {
             pool,
+            writer,
             backend,
             env: Env {
                 clock: options.clock,
@@ -266,7 +243,7 @@ impl Store {
             Backend::Sqlite => &SQLITE_MIGRATOR,
             Backend::Postgres => &POSTGRES_MIGRATOR,
         };
-        migrator.run(&self.pool).await?;
+        migrator.run(&self.writer).await?;
         Ok(())
     }
 
@@ -274,10 +251,19 @@ impl Store {
         self.backend
     }
 
-    /// The underlying pool, for health checks and tests. Never change
-    /// aggregate state through it: that is what [`Store::apply_event`] is for.
+    /// The pool for reads, health checks and tests. Never change aggregate
+    /// state through it: that is what [`Store::apply_event`] is for.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The pool every write of this process goes through (a crate beside the
+    /// store with tables of its own, e.g. the delivery publisher's, writes
+    /// through it too). On SQLite it holds one connection, so this process's
+    /// writers queue for it in order instead of in SQLite's busy handler; on
+    /// PostgreSQL it is [`Store::pool`].
+    pub fn writer(&self) -> &AnyPool {
+        &self.writer
     }
 
     /// Current time in unix milliseconds, from the store's clock.
@@ -310,5 +296,6 @@ impl Store {
 
     pub async fn close(&self) {
         self.pool.close().await;
+        self.writer.close().await;
     }
 }

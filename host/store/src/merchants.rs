@@ -205,7 +205,7 @@ impl Store {
         .bind(&merchant.status)
         .bind(now)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(merchant)
     }
@@ -248,7 +248,7 @@ impl Store {
         .bind(name)
         .bind(status)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("merchant", merchant_id));
@@ -285,7 +285,7 @@ impl Store {
         .bind(&record.key_prefix)
         .bind(&record.label)
         .bind(record.created_at)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         match inserted.map_err(StoreError::from) {
             Ok(_) => Ok(IssuedApiKey { record, plaintext }),
@@ -341,7 +341,7 @@ impl Store {
         .bind(key_id)
         .bind(merchant_id)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("api key", key_id));
@@ -379,7 +379,7 @@ impl Store {
         .bind(&account.status)
         .bind(now)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         self.account_cache.invalidate();
         match inserted.map_err(StoreError::from) {
@@ -450,7 +450,7 @@ impl Store {
         .bind(sealed)
         .bind(status)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.account_cache.invalidate();
         if done.rows_affected() == 0 {

@@ -120,7 +120,7 @@ impl Store {
             .bind(now)
             .bind(now + lease_ms)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.writer)
             .await?;
         let mut messages = rows
             .iter()
@@ -138,7 +138,7 @@ impl Store {
         )
         .bind(event_id)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("pending outbox event", event_id));
@@ -164,7 +164,7 @@ impl Store {
         .bind(error)
         .bind(next_attempt_at)
         .bind(max_attempts)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?
         .ok_or_else(|| StoreError::not_found("pending outbox event", event_id))?;
         text(&row, "status")

@@ -1269,7 +1269,7 @@ impl Store {
             .bind(id)
             .bind(now.saturating_add(delay_ms.max(1)))
             .bind(now)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("non-terminal row", id));
@@ -1286,7 +1286,7 @@ impl Store {
         ))
         .bind(id)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found(kind.entity(), id));

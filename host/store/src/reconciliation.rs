@@ -333,7 +333,7 @@ impl Store {
         .bind(history_id)
         .bind(self.now_ms())
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -356,7 +356,7 @@ impl Store {
         .bind(&detail)
         .bind(self.now_ms())
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         let row = sqlx::query(&format!(
             "SELECT {DIFF_COLS} FROM reconciliation_differences WHERE id = $1"
@@ -390,7 +390,7 @@ impl Store {
         )
         .bind(self.now_ms())
         .bind(run_id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.reconciliation_run(run_id).await
     }

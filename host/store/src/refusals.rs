@@ -75,7 +75,7 @@ impl Store {
         .bind(refusal.reference)
         .bind(event)
         .bind(self.now_ms())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(id)
     }

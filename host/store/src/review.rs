@@ -320,7 +320,7 @@ impl Store {
         .bind(pepper.hash(&key))
         .bind(&operator.key_prefix)
         .bind(operator.created_at)
-        .execute(self.pool())
+        .execute(self.writer())
         .await
         .map_err(StoreError::from);
         match inserted {
@@ -354,7 +354,7 @@ impl Store {
         sqlx::query("UPDATE operators SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL")
             .bind(operator_id)
             .bind(self.now_ms())
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         let row = sqlx::query(&format!(
             "SELECT {OPERATOR_COLS} FROM operators WHERE id = $1"
@@ -499,7 +499,7 @@ impl Store {
         .bind(proposal.proposed_at)
         .bind(proposal.amount_minor)
         .bind(proposal.psp_reference.as_deref())
-        .execute(self.pool())
+        .execute(self.writer())
         .await
         .map_err(StoreError::from)?;
         tracing::info!(payment_id = %proposal.payment_id, proposal = %proposal.id,
@@ -598,7 +598,7 @@ impl Store {
         .bind(operator_id)
         .bind(self.now_ms())
         .bind(note)
-        .execute(self.pool())
+        .execute(self.writer())
         .await
         .map_err(StoreError::from)?;
         let after = self.get_proposal(id).await?;

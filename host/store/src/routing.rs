@@ -54,7 +54,7 @@ impl Store {
         .bind(merchant_id)
         .bind(&json)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.account_cache.invalidate();
         tracing::info!(merchant = %merchant_id, rules = config.rules.len(), "routing configuration replaced");

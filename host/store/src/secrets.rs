@@ -259,7 +259,7 @@ impl Store {
             .bind(&resealed)
             .bind(&row_key)
             .bind(&stored)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
             self.account_cache.invalidate();
             count += done.rows_affected();
@@ -313,7 +313,7 @@ impl Store {
         .bind(now)
         .bind(account_id)
         .bind(&stored)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         self.account_cache.invalidate();
         if done.rows_affected() == 0 {
