@@ -475,9 +475,18 @@ impl Publisher {
             let limit = Arc::clone(&limit);
             let nats = nats.clone();
             sends.spawn(async move {
-                // The semaphore is never closed, so acquiring only waits.
-                let _permit = limit.acquire_owned().await;
-                publisher.deliver_one(sink, one, nats.as_ref()).await
+                // The semaphore is closed only by a simulated crash (below).
+                let Ok(_permit) = Arc::clone(&limit).acquire_owned().await else {
+                    let delivery_id = one.delivery.id.clone();
+                    return Err(DeliveryError::SimulatedCrash { delivery_id });
+                };
+                let outcome = publisher.deliver_one(sink, one, nats.as_ref()).await;
+                if matches!(outcome, Err(DeliveryError::SimulatedCrash { .. })) {
+                    // A dead process sends nothing more: the sends still waiting
+                    // must not take this permit before the batch is aborted.
+                    limit.close();
+                }
+                outcome
             });
         }
         while let Some(done) = sends.join_next().await {
