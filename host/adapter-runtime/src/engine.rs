@@ -21,6 +21,11 @@ const VALIDATION_SLOTS: u32 = 2;
 const KEEP_RESIDENT_BYTES: usize = 512 * 1024;
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 * 1024;
 
+/// `SLUICE_WASM_PERFMAP=1`: write a perf map of the guests' compiled code, so
+/// `perf record`/`perf report` of the gateway name the guests' functions
+/// (BENCHMARKS.md, adapter runtime). Off by default: the map grows with every load.
+pub const PERFMAP_ENV: &str = "SLUICE_WASM_PERFMAP";
+
 /// The pool holds the running calls, the idle warm instances (`warm.rs`) and the
 /// validation slots: a call never finds the pool exhausted by instances at rest.
 pub(crate) fn build_engine(
@@ -58,6 +63,10 @@ pub(crate) fn build_engine(
         .wasm_component_model(true)
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
+        // Names the guests' compiled functions in `perf report` (/tmp/perf-<pid>.map).
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Engine::new(&config).map_err(|e| RuntimeError::Engine(format!("{e:?}")))
 }
 

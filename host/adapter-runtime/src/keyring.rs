@@ -15,8 +15,10 @@
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use memchr::memmem::Finder;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 /// The hash of an HMAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,10 +78,25 @@ const MAX_NAME_LEN: usize = 64;
 
 /// The secrets of one connector account: each name with its valid versions, newest
 /// first. `Debug` shows the names only.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Keyring {
     keys: BTreeMap<String, Vec<String>>,
+    /// The searchers of [`Keyring::redact`], built on its first use and shared by the
+    /// clones of this keyring (a call hands the guest a clone). Every encoding of every
+    /// version, each with its searcher: about 30 of them for a few secrets, which cost
+    /// more to build than to run over a webhook body, and one webhook is redacted
+    /// once per header and once for its body. A change to the keys starts a new one.
+    redaction: Arc<OnceLock<Vec<Finder<'static>>>>,
 }
+
+/// Two keyrings are equal when they hold the same keys (the searchers follow from them).
+impl PartialEq for Keyring {
+    fn eq(&self, other: &Self) -> bool {
+        self.keys == other.keys
+    }
+}
+
+impl Eq for Keyring {}
 
 impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -103,6 +120,7 @@ impl Keyring {
     pub fn insert_versions(&mut self, name: impl Into<String>, versions: Vec<String>) {
         let name = name.into();
         let versions: Vec<String> = versions.into_iter().filter(|v| !v.is_empty()).collect();
+        self.redaction = Arc::default();
         if versions.is_empty() {
             self.keys.remove(&name);
         } else {
@@ -219,11 +237,16 @@ impl Keyring {
     /// and the bytes of a hex or base64 key) with [`REDACTED`]. Returns how many
     /// occurrences were replaced.
     pub fn redact(&self, data: &mut Vec<u8>) -> usize {
-        let mut count = 0;
-        for pattern in self.redaction_patterns() {
-            count += replace_all(data, &pattern);
-        }
-        count
+        let searchers = self.redaction.get_or_init(|| {
+            self.redaction_patterns()
+                .iter()
+                .map(|pattern| Finder::new(pattern).into_owned())
+                .collect()
+        });
+        searchers
+            .iter()
+            .map(|searcher| replace_all(data, searcher))
+            .sum()
     }
 
     /// [`Keyring::redact`] on a string (a redacted string stays valid UTF-8 only where
@@ -345,8 +368,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
-fn replace_all(data: &mut Vec<u8>, pattern: &[u8]) -> usize {
-    let hits: Vec<usize> = memchr::memmem::find_iter(data, pattern).collect();
+fn replace_all(data: &mut Vec<u8>, searcher: &Finder<'_>) -> usize {
+    let pattern = searcher.needle();
+    let hits: Vec<usize> = searcher.find_iter(data).collect();
     if hits.is_empty() {
         return 0;
     }
@@ -497,6 +521,26 @@ mod tests {
         assert!(!text.contains("sk_test"), "{text}");
         assert!(!text.contains("whsec"), "{text}");
         assert!(!text.to_lowercase().contains("44782def"), "{text}");
+    }
+
+    #[test]
+    fn a_keyring_changed_after_it_redacted_redacts_its_new_secrets_and_its_clones_keep_theirs() {
+        let mut k = Keyring::default();
+        k.insert("api_key", "sk_live_first_key");
+        let mut data = b"sk_live_first_key".to_vec();
+        assert_eq!(k.redact(&mut data), 1);
+        let before = k.clone();
+        k.insert("api_key", "sk_live_second_key");
+        let mut both = b"sk_live_first_key sk_live_second_key".to_vec();
+        assert_eq!(k.redact(&mut both), 1);
+        assert_eq!(both, b"sk_live_first_key [redacted]".to_vec());
+        let mut both = b"sk_live_first_key sk_live_second_key".to_vec();
+        assert_eq!(before.redact(&mut both), 1);
+        assert_eq!(both, b"[redacted] sk_live_second_key".to_vec());
+        k.insert_versions("api_key", Vec::new());
+        let mut gone = b"sk_live_second_key".to_vec();
+        assert_eq!(k.redact(&mut gone), 0);
+        assert_ne!(k, before);
     }
 
     #[test]

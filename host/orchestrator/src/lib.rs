@@ -44,6 +44,7 @@ mod exits;
 pub mod explain;
 pub mod fulfillment;
 pub mod inbox;
+mod keyrings;
 mod metrics;
 mod orchestrator;
 pub mod reconcile;

@@ -107,6 +107,7 @@ pub(crate) struct Inner {
     pub call_slots: crate::call_slots::CallSlots,
     pub canary_watch: crate::releases::CanaryWatch,
     pub shadows: Arc<crate::shadow::Shadows>,
+    pub keyrings: crate::keyrings::Keyrings,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -136,6 +137,7 @@ impl Orchestrator {
                 call_slots: crate::call_slots::CallSlots::default(),
                 canary_watch: crate::releases::CanaryWatch::default(),
                 shadows: Arc::default(),
+                keyrings: Default::default(),
                 config,
             }),
         }
@@ -173,7 +175,10 @@ impl Orchestrator {
         let scope = ConnectorAccountScope {
             account_id: credentials.connector_account_id.clone(),
             config: string_map(&credentials.config),
-            secrets: keyring(&credentials.secrets),
+            secrets: self
+                .inner
+                .keyrings
+                .get(&credentials.connector_account_id, &credentials.secrets),
         };
         let config = &self.inner.config;
         let budget = budget_for(&scope.config, config.psp_timeout, config.max_response_bytes);
