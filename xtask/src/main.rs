@@ -563,23 +563,14 @@ fn sim_mutants(extra: &[OsString]) -> Result<()> {
         .filter(|path| path.extension().is_some_and(|ext| ext == "patch"))
         .collect();
     patches.sort();
+    let tree = mutant_tree(&root, &scratch)?;
     let mut rows = Vec::new();
     for patch in &patches {
         let name = patch
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tree = scratch.join(&name);
-        let _ = fs::remove_dir_all(&tree);
-        let _ = Command::new("git")
-            .current_dir(&root)
-            .args(["worktree", "prune"])
-            .status();
-        run(Command::new("git")
-            .current_dir(&root)
-            .args(["worktree", "add", "--detach"])
-            .arg(&tree)
-            .arg("HEAD"))?;
+        reset_mutant_tree(&root, &tree)?;
         run(Command::new("git")
             .current_dir(&tree)
             .arg("apply")
@@ -593,36 +584,78 @@ fn sim_mutants(extra: &[OsString]) -> Result<()> {
             .args(["--seeds", &seeds, "--jobs", "2"])
             .output()
             .map_err(|e| format!("cannot run the simulator on {name}: {e}"))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let first = stdout.lines().find_map(|line| {
-            line.strip_suffix(": FAILED")?
-                .strip_prefix("seed ")
-                .map(str::to_owned)
-        });
-        let failed = stdout
-            .lines()
-            .filter(|line| line.ends_with(": FAILED"))
-            .count();
-        let verdict = match (&first, output.status.success()) {
-            (Some(seed), _) => {
-                format!("caught: {failed} of {seeds} seeds fail, first at seed {seed}")
-            }
-            (None, false) => "the simulator did not run (see its output)".to_owned(),
-            (None, true) => format!("NOT caught in {seeds} seeds"),
-        };
+        let verdict = mutant_verdict(
+            &String::from_utf8_lossy(&output.stdout),
+            &seeds,
+            output.status.success(),
+        );
         println!("{name}: {verdict}");
         rows.push((name, verdict));
-        let _ = Command::new("git")
-            .current_dir(&root)
-            .args(["worktree", "remove", "--force"])
-            .arg(&tree)
-            .status();
     }
+    reset_mutant_tree(&root, &tree)?;
     println!("\n| wrong patch | what the simulator did |\n| --- | --- |");
     for (name, verdict) in &rows {
         println!("| `{name}` | {verdict} |");
     }
     Ok(())
+}
+
+/// What the simulator's output says about one wrong patch.
+fn mutant_verdict(stdout: &str, seeds: &str, success: bool) -> String {
+    let first = stdout.lines().find_map(|line| {
+        line.strip_suffix(": FAILED")?
+            .strip_prefix("seed ")
+            .map(str::to_owned)
+    });
+    let failed = stdout
+        .lines()
+        .filter(|line| line.ends_with(": FAILED"))
+        .count();
+    match (&first, success) {
+        (Some(seed), _) => format!("caught: {failed} of {seeds} seeds fail, first at seed {seed}"),
+        (None, false) => "the simulator did not run (see its output)".to_owned(),
+        (None, true) => format!("NOT caught in {seeds} seeds"),
+    }
+}
+
+/// The one scratch worktree every wrong patch is applied in, in turn. It is
+/// kept between patches and runs: a file keeps its modification time unless
+/// a patch touched it, so cargo rebuilds only the crates the previous and
+/// the current patch change (a fresh worktree per patch rebuilt every
+/// workspace crate each time).
+fn mutant_tree(root: &Path, scratch: &Path) -> Result<PathBuf> {
+    let tree = scratch.join("tree");
+    if tree.join(".git").exists() {
+        return Ok(tree);
+    }
+    let _ = fs::remove_dir_all(&tree);
+    let _ = Command::new("git")
+        .current_dir(root)
+        .args(["worktree", "prune"])
+        .status();
+    run(Command::new("git")
+        .current_dir(root)
+        .args(["worktree", "add", "--detach"])
+        .arg(&tree)
+        .arg("HEAD"))?;
+    Ok(tree)
+}
+
+/// The scratch worktree at the workspace's HEAD, without any patch.
+fn reset_mutant_tree(root: &Path, tree: &Path) -> Result<()> {
+    let head = Command::new("git")
+        .current_dir(root)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .map_err(|e| format!("git rev-parse HEAD: {e}"))?;
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    run(Command::new("git")
+        .current_dir(tree)
+        .args(["reset", "--hard", "-q"])
+        .arg(&head))?;
+    run(Command::new("git")
+        .current_dir(tree)
+        .args(["clean", "-fdq"]))
 }
 
 /// The mutants build in their own target directory, so that a mutant's
