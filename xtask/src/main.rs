@@ -611,8 +611,15 @@ fn mutant_verdict(stdout: &str, seeds: &str, success: bool) -> String {
         .lines()
         .filter(|line| line.ends_with(": FAILED"))
         .count();
+    // The first violation the simulator printed (of the first failing seed).
+    let saw = stdout
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("VIOLATION "))
+        .unwrap_or("-");
     match (&first, success) {
-        (Some(seed), _) => format!("caught: {failed} of {seeds} seeds fail, first at seed {seed}"),
+        (Some(seed), _) => {
+            format!("caught: {failed} of {seeds} seeds fail, first at seed {seed}: {saw}")
+        }
         (None, false) => "the simulator did not run (see its output)".to_owned(),
         (None, true) => format!("NOT caught in {seeds} seeds"),
     }

@@ -22,6 +22,7 @@ pub mod manual_refund;
 pub mod merchants;
 pub mod net;
 pub mod ops;
+pub mod process;
 pub mod race;
 pub mod review;
 pub mod review_fulfillment;

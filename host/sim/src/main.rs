@@ -46,6 +46,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before anything opens a database (see `process`).
+    sluice_sim::process::sqlite_on_mimalloc();
     let args = Args::parse();
     // Diagnosis only (e.g. `SLUICE_SIM_LOG=sqlx::query=debug` to see every
     // statement a seed runs); logs never enter the trace or its hash.
@@ -180,6 +182,7 @@ fn run_all(
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
+                sluice_sim::process::batch_scheduling();
                 let sim = match Simulator::new(adapters, options) {
                     Ok(sim) => sim,
                     Err(error) => {
