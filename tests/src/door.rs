@@ -104,17 +104,7 @@ impl Shop {
         amount: i64,
         mode: CaptureMode,
     ) -> PaymentOrder {
-        let new = NewPayment {
-            merchant_id: self.merchant.id.clone(),
-            merchant_order_no: order_no.into(),
-            amount: eur(amount),
-            capture_mode: mode,
-            payment_method_token: Some("pm_card_visa".into()),
-            return_url: None,
-            description: None,
-            metadata: serde_json::json!({}),
-            fulfillment: Default::default(),
-        };
+        let new = new_payment(&self.merchant.id, order_no, amount, mode);
         store.create_payment(&new, &sys()).await.expect("payment")
     }
 
@@ -167,6 +157,26 @@ impl Shop {
 
 /// Count rows with a raw query (tests only read raw; they never write state raw
 /// except to prove the database refuses it).
+/// A card payment of `merchant_id` in EUR, without fulfillment or metadata.
+pub fn new_payment(
+    merchant_id: &str,
+    order_no: &str,
+    amount: i64,
+    mode: CaptureMode,
+) -> NewPayment {
+    NewPayment {
+        merchant_id: merchant_id.to_owned(),
+        merchant_order_no: order_no.into(),
+        amount: eur(amount),
+        capture_mode: mode,
+        payment_method_token: Some("pm_card_visa".into()),
+        return_url: None,
+        description: None,
+        metadata: serde_json::json!({}),
+        fulfillment: Default::default(),
+    }
+}
+
 pub async fn count(store: &Store, sql: &str, arg: &str) -> i64 {
     use sqlx::Row;
     let row = sqlx::query(sql)

@@ -9,10 +9,11 @@
 use std::time::Duration;
 
 use sluice_core::CaptureMode;
-use sluice_store::{Backend, NewPayment, Store, StoreError, StoreOptions};
+use sluice_store::{Backend, Store, StoreError, StoreOptions};
 use sluice_test_support::TestDb;
 
-use crate::common::{eur, sys, Fixture};
+use crate::common::{sys, Fixture};
+use sluice_test_support::door::new_payment;
 
 /// Terminate every server process of the store's database but our own, and
 /// wait until the server has let them go.
@@ -100,17 +101,12 @@ async fn one_request(store: Store, merchant_id: String, i: usize) -> Result<(), 
     store
         .idempotency_begin(&merchant_id, endpoint, &key, "fingerprint", 60_000)
         .await?;
-    let new = NewPayment {
-        merchant_id: merchant_id.clone(),
-        merchant_order_no: format!("order-{i}"),
-        amount: eur(1_000),
-        capture_mode: CaptureMode::Automatic,
-        payment_method_token: Some("pm_card_visa".into()),
-        return_url: None,
-        description: None,
-        metadata: serde_json::json!({}),
-        fulfillment: Default::default(),
-    };
+    let new = new_payment(
+        &merchant_id,
+        &format!("order-{i}"),
+        1_000,
+        CaptureMode::Automatic,
+    );
     store.create_payment(&new, &sys()).await?;
     store
         .idempotency_complete(&merchant_id, endpoint, &key, 201, "{}")
