@@ -155,8 +155,6 @@ impl Shop {
     }
 }
 
-/// Count rows with a raw query (tests only read raw; they never write state raw
-/// except to prove the database refuses it).
 /// A card payment of `merchant_id` in EUR, without fulfillment or metadata.
 pub fn new_payment(
     merchant_id: &str,
@@ -177,6 +175,8 @@ pub fn new_payment(
     }
 }
 
+/// Count rows with a raw query (tests only read raw; they never write state raw
+/// except to prove the database refuses it).
 pub async fn count(store: &Store, sql: &str, arg: &str) -> i64 {
     use sqlx::Row;
     let row = sqlx::query(sql)

@@ -140,6 +140,16 @@ impl Orchestrator {
         trigger: Trigger,
     ) -> Result<(PaymentAttempt, Action), OrchestratorError> {
         let (order, attempt) = self.store().get_attempt_with_order(id).await?;
+        self.step_attempt_on(order, attempt, trigger).await
+    }
+
+    /// [`Self::step_attempt`] from an attempt and its order already in hand.
+    pub(crate) async fn step_attempt_on(
+        &self,
+        order: PaymentOrder,
+        attempt: PaymentAttempt,
+        trigger: Trigger,
+    ) -> Result<(PaymentAttempt, Action), OrchestratorError> {
         let span = tracing::info_span!("advance", payment_id = %attempt.payment_id,
             attempt_id = %attempt.id, adapter = %attempt.adapter, trigger = %trigger);
         let action = self

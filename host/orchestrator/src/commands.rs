@@ -92,6 +92,14 @@ fn with_skipped(reason: &str, skipped: &[(String, String)]) -> String {
     format!("{reason}; skipped {}", skipped.join(", "))
 }
 
+/// How a payment's first attempt is routed: the payment's routing (its
+/// failover plan) and the account chosen, with the reason recorded.
+pub(crate) struct FirstRoute {
+    routing: Routing,
+    account: String,
+    reason: String,
+}
+
 /// What a background step reported back within the wait budget.
 enum Waited<T> {
     Done(T),
@@ -122,20 +130,95 @@ impl Orchestrator {
         self.confirm_order(merchant_id, order, options).await
     }
 
-    /// [`Self::confirm`] of an order read (or just created) for `merchant_id`.
+    /// [`Self::confirm`] of an order read for `merchant_id`.
     pub(crate) async fn confirm_order(
         &self,
         merchant_id: &str,
         order: sluice_store::PaymentOrder,
         options: &ConfirmOptions,
     ) -> Result<PaymentView, OrchestratorError> {
-        let payment_id = order.id.as_str();
-        let metadata = crate::orchestrator::metadata_pairs(&order.metadata)
+        let route = self.first_route(merchant_id, &order, options).await?;
+        let new = self
+            .new_attempt(&order.id, &route.account, options, route.reason.clone())
+            .await?;
+        let first = self
+            .store()
+            .create_attempt(&new, &Self::merchant_actor(merchant_id))
+            .await?;
+        let drive = self.drive(Target::Attempt(first.id.clone())).await;
+        self.run_attempts(merchant_id, &order.id, &first, drive, &route, options)
+            .await
+    }
+
+    /// Create a payment and start its first attempt in one transaction (a
+    /// create with `confirm`), then drive it as [`Self::confirm`] does. None
+    /// when the merchant order number was used before: nothing was written,
+    /// and the caller looks for the earlier payment.
+    pub(crate) async fn create_confirmed(
+        &self,
+        new: &sluice_store::NewPayment,
+        options: &ConfirmOptions,
+    ) -> Result<Option<PaymentView>, OrchestratorError> {
+        let merchant_id = new.merchant_id.as_str();
+        let payment_id = self.store().mint_payment_id();
+        // Routed before anything is written: an unroutable payment is refused
+        // and not created.
+        let route = self
+            .first_route_of(merchant_id, &payment_id, new.amount, &new.metadata, options)
+            .await?;
+        let attempt = self
+            .new_attempt(&payment_id, &route.account, options, route.reason.clone())
+            .await?;
+        let provenance = Self::merchant_actor(merchant_id);
+        let created = self
+            .store()
+            .create_payment_with_attempt(&payment_id, new, &attempt, &provenance)
+            .await;
+        let (order, first) = match created {
+            Ok(created) => created,
+            Err(sluice_store::StoreError::Conflict(_)) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(payment_id, attempt_id = %first.id, "payment created and confirmed");
+        // Its first step starts from the rows just written, not a re-read.
+        let drive = self.drive_known(order, first.clone()).await;
+        let view = self
+            .run_attempts(merchant_id, &payment_id, &first, drive, &route, options)
+            .await?;
+        Ok(Some(view))
+    }
+
+    /// The payment's routing and the account of its first attempt.
+    async fn first_route(
+        &self,
+        merchant_id: &str,
+        order: &sluice_store::PaymentOrder,
+        options: &ConfirmOptions,
+    ) -> Result<FirstRoute, OrchestratorError> {
+        self.first_route_of(
+            merchant_id,
+            &order.id,
+            order.amount,
+            &order.metadata,
+            options,
+        )
+        .await
+    }
+
+    async fn first_route_of(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        amount: Money,
+        metadata: &serde_json::Value,
+        options: &ConfirmOptions,
+    ) -> Result<FirstRoute, OrchestratorError> {
+        let metadata = crate::orchestrator::metadata_pairs(metadata)
             .into_iter()
             .collect();
         let input = RouteInput {
             payment_id,
-            amount: order.amount,
+            amount,
             payment_method_type: Some(options.payment_method_type.as_deref().unwrap_or("card")),
             metadata: &metadata,
         };
@@ -143,20 +226,30 @@ impl Orchestrator {
         let ineligible = self.ineligible_accounts(merchant_id).await?;
         let (entry, skipped) = first_eligible(&routing.plan, &ineligible)?;
         let reason = with_skipped(&entry.reason, &skipped);
-        let first = self
-            .start_attempt(
-                merchant_id,
-                payment_id,
-                &entry.connector_account,
-                options,
-                reason,
-            )
-            .await?;
+        let account = entry.connector_account.clone();
+        Ok(FirstRoute {
+            routing,
+            account,
+            reason,
+        })
+    }
+
+    /// After the first attempt's drive (`in_progress`: still running): the
+    /// failovers the core asks for, then the payment's view.
+    async fn run_attempts(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        first: &sluice_store::PaymentAttempt,
+        mut in_progress: bool,
+        route: &FirstRoute,
+        options: &ConfirmOptions,
+    ) -> Result<PaymentView, OrchestratorError> {
+        let routing = &route.routing;
         let deadline_ms = first.created_at.saturating_add(routing.failover_window_ms);
-        let mut in_progress = self.drive(Target::Attempt(first.id)).await;
         while !in_progress {
             let Some((account, reason)) = self
-                .failover_target(merchant_id, payment_id, &routing, deadline_ms)
+                .failover_target(merchant_id, payment_id, routing, deadline_ms)
                 .await?
             else {
                 break;
@@ -238,28 +331,44 @@ impl Orchestrator {
         options: &ConfirmOptions,
         route_reason: String,
     ) -> Result<sluice_store::PaymentAttempt, OrchestratorError> {
-        let connector = self.connector(account_id).await?;
-        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+        let new = self
+            .new_attempt(payment_id, account_id, options, route_reason)
+            .await?;
         Ok(self
             .store()
-            .create_attempt(
-                &NewAttempt {
-                    payment_id: payment_id.to_owned(),
-                    connector_account_id: account_id.to_owned(),
-                    payment_method_token: options.payment_method_token.clone(),
-                    payment_method_type: Some(
-                        options
-                            .payment_method_type
-                            .clone()
-                            .unwrap_or_else(|| "card".into()),
-                    ),
-                    next_retry_time: Some(self.now_ms().saturating_add(window)),
-                    route_reason: Some(route_reason),
-                    ..NewAttempt::default()
-                },
-                &Provenance::actor(&format!("merchant:{merchant_id}")),
-            )
+            .create_attempt(&new, &Self::merchant_actor(merchant_id))
             .await?)
+    }
+
+    /// A new attempt of `payment_id` at `account_id`, first looked at by the
+    /// scanner once its call's budget (and a little more) has passed.
+    async fn new_attempt(
+        &self,
+        payment_id: &str,
+        account_id: &str,
+        options: &ConfirmOptions,
+        route_reason: String,
+    ) -> Result<NewAttempt, OrchestratorError> {
+        let connector = self.connector(account_id).await?;
+        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+        Ok(NewAttempt {
+            payment_id: payment_id.to_owned(),
+            connector_account_id: account_id.to_owned(),
+            payment_method_token: options.payment_method_token.clone(),
+            payment_method_type: Some(
+                options
+                    .payment_method_type
+                    .clone()
+                    .unwrap_or_else(|| "card".into()),
+            ),
+            next_retry_time: Some(self.now_ms().saturating_add(window)),
+            route_reason: Some(route_reason),
+            ..NewAttempt::default()
+        })
+    }
+
+    fn merchant_actor(merchant_id: &str) -> Provenance {
+        Provenance::actor(&format!("merchant:{merchant_id}"))
     }
 
     /// Capture all (`amount` None) or part of an authorization. The amount is
@@ -530,6 +639,23 @@ impl Orchestrator {
     /// budget. Returns whether it is still running. A failure of the step is
     /// logged, not returned: what was persisted stands, the view shows it,
     /// and the scanner takes the aggregate up again.
+    /// [`Self::drive`] of an attempt whose rows this caller just wrote: its
+    /// first step decides from them instead of reading them again (the door
+    /// decides the record of the send from the attempt as it reads it then).
+    async fn drive_known(
+        &self,
+        order: sluice_store::PaymentOrder,
+        attempt: sluice_store::PaymentAttempt,
+    ) -> bool {
+        let this = self.clone();
+        let span = tracing::info_span!("drive", target = %Target::Attempt(attempt.id.clone()));
+        let step = async move {
+            let (_, action) = this.step_attempt_on(order, attempt, Trigger::Api).await?;
+            Ok(action)
+        };
+        matches!(self.wait_for(step, span).await, Waited::StillRunning)
+    }
+
     async fn drive(&self, target: Target) -> bool {
         let this = self.clone();
         let span = tracing::info_span!("drive", target = %target);

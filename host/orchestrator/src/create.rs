@@ -73,10 +73,6 @@ impl Orchestrator {
                 "metadata must be a JSON object".into(),
             ));
         }
-        if let Some(options) = &params.confirm {
-            // Refuse an unroutable payment before anything is written.
-            self.route(merchant_id, options).await?;
-        }
         let new = NewPayment {
             merchant_id: merchant_id.to_owned(),
             merchant_order_no: params.merchant_order_no.clone(),
@@ -88,7 +84,20 @@ impl Orchestrator {
             metadata: params.metadata.clone(),
             fulfillment: params.fulfillment.clone(),
         };
-        let (order, created) = self.insert_or_existing(&new).await?;
+        let (order, created) = match &params.confirm {
+            // The common case, a new payment confirmed at once: one
+            // transaction for the payment and its first attempt.
+            Some(options) => match self.create_confirmed(&new, options).await? {
+                Some(view) => {
+                    return Ok(Created {
+                        view,
+                        created: true,
+                    })
+                }
+                None => (self.earlier(&new).await?, false),
+            },
+            None => self.insert_or_existing(&new).await?,
+        };
         tracing::info!(payment_id = %order.id, created, "payment created");
         // A payment this call created has no attempt yet; an existing one is
         // confirmed by this create only if it never was.
@@ -111,14 +120,17 @@ impl Orchestrator {
         match self.store().create_payment(new, &provenance).await {
             Ok(order) => Ok((order, true)),
             // Created before (a retry), or by a concurrent create that won the race.
-            Err(StoreError::Conflict(_)) => match self.existing_by_order_no(new).await? {
-                Some(existing) => Ok((existing, false)),
-                None => Err(OrchestratorError::Conflict(
-                    "the payment could not be created; retry".into(),
-                )),
-            },
+            Err(StoreError::Conflict(_)) => Ok((self.earlier(new).await?, false)),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// The payment created before under the new one's order number (a retry,
+    /// or a concurrent create that won the race).
+    async fn earlier(&self, new: &NewPayment) -> Result<PaymentOrder, OrchestratorError> {
+        self.existing_by_order_no(new).await?.ok_or_else(|| {
+            OrchestratorError::Conflict("the payment could not be created; retry".into())
+        })
     }
 
     async fn existing_by_order_no(

@@ -16,7 +16,7 @@
 use sha2::{Digest, Sha256};
 use sluice_adapter_runtime::{HttpResponse, WebhookRejection, WebhookRequest};
 use sluice_core::{EvidenceSource, PaymentEvent};
-use sluice_store::{InboxInsert, NewInboxEvent, StoreError};
+use sluice_store::{AcceptedWebhook, InboxInsert, NewInboxEvent, StoreError};
 use tracing::Instrument;
 
 use crate::call::Connector;
@@ -157,18 +157,14 @@ impl Orchestrator {
                     .await
             }
         };
-        // The verified body is kept sealed, as evidence, before its events are queued.
-        let raw_body_id = self
-            .store()
-            .keep_webhook_body(connector_account_id, &digest, &raw_body)
-            .await?;
+        // The verified body is kept sealed, as evidence, with its events.
         let receipts = self
             .record_events(
                 &connector,
                 adapter_name,
                 connector_account_id,
                 &digest,
-                &raw_body_id,
+                &raw_body,
                 events,
             )
             .await?;
@@ -179,20 +175,22 @@ impl Orchestrator {
     }
 
     /// One inbox row per event of a verified webhook (a duplicate is reported, not
-    /// queued again), each naming the sealed raw body.
+    /// queued again), each naming the sealed raw body kept in the same commit.
     async fn record_events(
         &self,
         connector: &Connector,
         adapter_name: &str,
         connector_account_id: &str,
         digest: &str,
-        raw_body_id: &str,
+        raw_body: &[u8],
         events: Vec<PaymentEvent>,
     ) -> Result<Vec<InboxReceipt>, OrchestratorError> {
         let identity = connector.adapter.identity();
-        let mut receipts = Vec::with_capacity(events.len());
+        let mut keys: Vec<String> = Vec::with_capacity(events.len());
+        let mut rows = Vec::with_capacity(events.len());
         for (index, event) in events.into_iter().enumerate() {
-            let provider_event_id = inbox_key(&event, index, &receipts);
+            let provider_event_id = inbox_key(&event, index, &keys);
+            let kind = event.kind;
             let payload = InboxPayload {
                 event,
                 adapter_version: identity.version.clone(),
@@ -203,33 +201,47 @@ impl Orchestrator {
                     "cannot encode the inbox payload: {e}"
                 )))
             })?;
-            let inserted = self
-                .store()
-                .inbox_insert(&NewInboxEvent {
+            rows.push((
+                kind,
+                NewInboxEvent {
                     adapter: adapter_name.to_owned(),
                     connector_account_id: connector_account_id.to_owned(),
                     provider_event_id: provider_event_id.clone(),
                     payload_digest: digest.to_owned(),
                     event: json,
-                    raw_body_id: Some(raw_body_id.to_owned()),
-                })
-                .await?;
-            let receipt = match inserted {
-                InboxInsert::Inserted { id } => InboxReceipt {
-                    inbox_id: id,
-                    provider_event_id,
-                    duplicate: false,
+                    raw_body_id: None,
                 },
-                InboxInsert::Duplicate { id, .. } => InboxReceipt {
-                    inbox_id: id,
-                    provider_event_id,
-                    duplicate: true,
-                },
-            };
-            tracing::info!(event_id = %receipt.provider_event_id, inbox_id = %receipt.inbox_id,
-                duplicate = receipt.duplicate, kind = %payload.event.kind, "webhook event recorded");
-            receipts.push(receipt);
+            ));
+            keys.push(provider_event_id);
         }
+        let (kinds, events): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+        let (_, outcomes) = self
+            .store()
+            .accept_webhook(AcceptedWebhook {
+                connector_account_id,
+                payload_digest: digest,
+                body: raw_body,
+                events,
+            })
+            .await?;
+        let receipts = outcomes
+            .into_iter()
+            .zip(keys)
+            .zip(kinds)
+            .map(|((outcome, provider_event_id), kind)| {
+                let (inbox_id, duplicate) = match outcome {
+                    InboxInsert::Inserted { id } => (id, false),
+                    InboxInsert::Duplicate { id, .. } => (id, true),
+                };
+                tracing::info!(event_id = %provider_event_id, inbox_id = %inbox_id,
+                    duplicate, kind = %kind, "webhook event recorded");
+                InboxReceipt {
+                    inbox_id,
+                    provider_event_id,
+                    duplicate,
+                }
+            })
+            .collect();
         Ok(receipts)
     }
 
@@ -272,7 +284,7 @@ fn rejection_parts(rejection: WebhookRejection) -> (RejectionKind, String) {
 /// digest of the normalised event when the PSP gives none (so a redelivery
 /// still collides). Two events of one delivery sharing an id are told apart
 /// by their position, which a redelivery of the same body repeats.
-fn inbox_key(event: &PaymentEvent, index: usize, earlier: &[InboxReceipt]) -> String {
+fn inbox_key(event: &PaymentEvent, index: usize, earlier: &[String]) -> String {
     let base = match &event.provider_event_id {
         Some(id) => id.clone(),
         None => {
@@ -280,7 +292,7 @@ fn inbox_key(event: &PaymentEvent, index: usize, earlier: &[InboxReceipt]) -> St
             format!("sha256:{}", hex::encode(Sha256::digest(canonical)))
         }
     };
-    if earlier.iter().any(|r| r.provider_event_id == base) {
+    if earlier.contains(&base) {
         format!("{base}#{index}")
     } else {
         base
@@ -317,7 +329,7 @@ mod tests {
             duplicate: false,
         };
         assert_eq!(first.provider_event_id, "evt_1");
-        assert_eq!(inbox_key(&event, 1, &[first]), "evt_1#1");
+        assert_eq!(inbox_key(&event, 1, &[first.provider_event_id]), "evt_1#1");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use crate::db::{int, opt_int, opt_text, text};
 use crate::{ids, Backend, Store, StoreError};
 use sqlx::any::AnyRow;
+use sqlx::AnyConnection;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboxEntry {
@@ -97,7 +98,27 @@ fn entry_from(row: &AnyRow) -> Result<InboxEntry, StoreError> {
     })
 }
 
-fn body_context(body_id: &str) -> String {
+/// The row a provider event received before left in the inbox.
+pub(crate) async fn inbox_duplicate_in(
+    conn: &mut AnyConnection,
+    new: &NewInboxEvent,
+) -> Result<InboxInsert, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, status FROM webhook_inbox \
+         WHERE adapter = $1 AND connector_account_id = $2 AND provider_event_id = $3",
+    )
+    .bind(&new.adapter)
+    .bind(&new.connector_account_id)
+    .bind(&new.provider_event_id)
+    .fetch_one(conn)
+    .await?;
+    Ok(InboxInsert::Duplicate {
+        id: text(&row, "id")?,
+        status: text(&row, "status")?,
+    })
+}
+
+pub(crate) fn body_context(body_id: &str) -> String {
     crate::secrets::secret_context("webhook_bodies", "sealed_body", body_id)
 }
 
@@ -106,6 +127,18 @@ impl Store {
     /// inbox rows made from it. The same body for the same account is kept once.
     pub async fn keep_webhook_body(
         &self,
+        connector_account_id: &str,
+        payload_digest: &str,
+        body: &[u8],
+    ) -> Result<String, StoreError> {
+        let mut conn = self.writer.acquire().await?;
+        self.keep_body_in(&mut conn, connector_account_id, payload_digest, body)
+            .await
+    }
+
+    pub(crate) async fn keep_body_in(
+        &self,
+        conn: &mut AnyConnection,
         connector_account_id: &str,
         payload_digest: &str,
         body: &[u8],
@@ -122,7 +155,7 @@ impl Store {
         .bind(payload_digest)
         .bind(&sealed)
         .bind(self.now_ms())
-        .execute(&self.writer)
+        .execute(&mut *conn)
         .await?;
         if inserted.rows_affected() == 1 {
             // Ours: the read below is only needed for a body kept before.
@@ -133,7 +166,7 @@ impl Store {
         )
         .bind(connector_account_id)
         .bind(payload_digest)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await?;
         text(&row, "id")
     }
@@ -160,6 +193,15 @@ impl Store {
     /// Record a verified event; a second delivery of the same provider event
     /// is reported as a duplicate and changes nothing.
     pub async fn inbox_insert(&self, new: &NewInboxEvent) -> Result<InboxInsert, StoreError> {
+        let mut conn = self.writer.acquire().await?;
+        self.inbox_insert_in(&mut conn, new).await
+    }
+
+    pub(crate) async fn inbox_insert_in(
+        &self,
+        conn: &mut AnyConnection,
+        new: &NewInboxEvent,
+    ) -> Result<InboxInsert, StoreError> {
         let now = self.now_ms();
         let id = ids::inbox();
         let inserted = sqlx::query(
@@ -177,24 +219,12 @@ impl Store {
         .bind(new.event.to_string())
         .bind(now)
         .bind(&new.raw_body_id)
-        .execute(&self.writer)
+        .execute(&mut *conn)
         .await?;
         if inserted.rows_affected() == 1 {
             return Ok(InboxInsert::Inserted { id });
         }
-        let row = sqlx::query(
-            "SELECT id, status FROM webhook_inbox \
-             WHERE adapter = $1 AND connector_account_id = $2 AND provider_event_id = $3",
-        )
-        .bind(&new.adapter)
-        .bind(&new.connector_account_id)
-        .bind(&new.provider_event_id)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(InboxInsert::Duplicate {
-            id: text(&row, "id")?,
-            status: text(&row, "status")?,
-        })
+        inbox_duplicate_in(conn, new).await
     }
 
     /// Keep a webhook that failed verification as evidence. It is quarantined

@@ -13,6 +13,7 @@
 //! inbox dedupe → read snapshot → pure core decides → CAS on version →
 //! append history (for every decision, applied or not) → write outbox.
 
+mod accept;
 mod clock;
 mod db;
 mod door;
@@ -40,6 +41,7 @@ pub mod secret_box;
 pub mod secrets;
 pub mod stats;
 
+pub use accept::AcceptedWebhook;
 pub use account_health::{AccountEvent, MAX_ACCOUNT_EVENTS};
 pub use adapter_releases::{
     AdapterEvent, AdapterEventKind, AdapterPin, NewShadowDiff, ShadowDiff, MAX_ADAPTER_EVENTS,

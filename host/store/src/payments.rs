@@ -720,87 +720,170 @@ pub(crate) fn command_kind(command: OrderCommand) -> &'static str {
     }
 }
 
+/// A new payment order in state CREATED, as `create_payment` inserts it.
+fn new_order(id: String, new: &NewPayment, now: i64) -> Result<PaymentOrder, StoreError> {
+    if new.amount.amount_minor <= 0 {
+        return Err(StoreError::Unapplicable(format!(
+            "payment amount must be positive, got {}",
+            new.amount.amount_minor
+        )));
+    }
+    let mut fulfillment = new.fulfillment.clone();
+    // A payment with a fulfillment block starts its fulfillment lifecycle at
+    // once (seed 000: PENDING_PAYMENT).
+    if fulfillment.mode.is_some() && fulfillment.state.is_none() {
+        fulfillment.state = Some(
+            sluice_core::FulfillmentState::PendingPayment
+                .as_str()
+                .into(),
+        );
+    }
+    Ok(PaymentOrder {
+        id,
+        merchant_id: new.merchant_id.clone(),
+        merchant_order_no: new.merchant_order_no.clone(),
+        amount: new.amount,
+        capture_mode: new.capture_mode,
+        state: OrderState::Created,
+        version: 0,
+        payment_method_token: new.payment_method_token.clone(),
+        return_url: new.return_url.clone(),
+        description: new.description.clone(),
+        metadata: new.metadata.clone(),
+        fulfillment,
+        manual_review: false,
+        manual_review_reason: None,
+        created_at: now,
+        updated_at: now,
+    })
+}
+
+/// The amounts of an order just inserted: nothing authorized, reserved,
+/// captured or refunded yet (the columns' defaults).
+fn new_amounts(order: &PaymentOrder) -> PaymentAmounts {
+    PaymentAmounts {
+        currency: order.amount.currency,
+        amount_minor: order.amount.amount_minor,
+        authorized_minor: 0,
+        capture_reserved_minor: 0,
+        captured_minor: 0,
+        refund_reserved_minor: 0,
+        refunded_minor: 0,
+    }
+}
+
+/// The history row of an order's creation.
+fn created_row<'a>(order: &'a PaymentOrder, provenance: &'a Provenance) -> NewHistory<'a> {
+    NewHistory {
+        payment_id: &order.id,
+        aggregate_type: "order",
+        aggregate_id: &order.id,
+        to_state: OrderState::Created.as_str(),
+        to_version: 0,
+        event_kind: "COMMAND_CREATE",
+        evidence_source: "command",
+        amount_minor: Some(order.amount.amount_minor),
+        currency: Some(order.amount.currency.as_str()),
+        decision: "applied",
+        reason: "payment created",
+        provenance: Some(provenance),
+        ..NewHistory::default()
+    }
+}
+
+/// Insert a new order and its amounts; a used merchant order number is a
+/// conflict, an unknown merchant not found.
+async fn insert_new_order(tx: &mut Tx, order: &PaymentOrder) -> Result<(), StoreError> {
+    match insert_order(tx, order).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_unique_violation() => Err(StoreError::Conflict(format!(
+            "merchant order number {:?} is already used",
+            order.merchant_order_no
+        ))),
+        Err(e) if e.db_is_fk_violation() => {
+            Err(StoreError::not_found("merchant", &order.merchant_id))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What a new attempt starts from: its order and amounts as read (or just
+/// created) in the transaction, and the payment's latest attempt.
+struct AttemptBasis<'a> {
+    order: &'a PaymentOrder,
+    amounts: &'a PaymentAmounts,
+    latest: Option<PaymentAttempt>,
+}
+
 impl Store {
+    /// A fresh payment id, for a caller that routes the payment (routing
+    /// splits by payment id) before [`Store::create_payment_with_attempt`]
+    /// inserts it. Used once: the insert persists it or it is dropped.
+    pub fn mint_payment_id(&self) -> String {
+        ids::payment()
+    }
+
     /// Create a payment order (state CREATED) and its amount row.
     pub async fn create_payment(
         &self,
         new: &NewPayment,
         provenance: &Provenance,
     ) -> Result<PaymentOrder, StoreError> {
-        if new.amount.amount_minor <= 0 {
-            return Err(StoreError::Unapplicable(format!(
-                "payment amount must be positive, got {}",
-                new.amount.amount_minor
-            )));
-        }
-        let now = self.now_ms();
-        let order = PaymentOrder {
-            id: ids::payment(),
-            merchant_id: new.merchant_id.clone(),
-            merchant_order_no: new.merchant_order_no.clone(),
-            amount: new.amount,
-            capture_mode: new.capture_mode,
-            state: OrderState::Created,
-            version: 0,
-            payment_method_token: new.payment_method_token.clone(),
-            return_url: new.return_url.clone(),
-            description: new.description.clone(),
-            metadata: new.metadata.clone(),
-            fulfillment: {
-                let mut f = new.fulfillment.clone();
-                // A payment with a fulfillment block starts its fulfillment
-                // lifecycle at once (seed 000: PENDING_PAYMENT).
-                if f.mode.is_some() && f.state.is_none() {
-                    f.state = Some(
-                        sluice_core::FulfillmentState::PendingPayment
-                            .as_str()
-                            .into(),
-                    );
-                }
-                f
-            },
-            manual_review: false,
-            manual_review_reason: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let order = new_order(ids::payment(), new, self.now_ms())?;
         let mut tx = self.begin_write().await?;
-        let inserted = insert_order(&mut tx, &order).await;
-        match inserted {
-            Ok(()) => {}
-            Err(e) if e.is_unique_violation() => {
-                return Err(StoreError::Conflict(format!(
-                    "merchant order number {:?} is already used",
-                    new.merchant_order_no
-                )))
-            }
-            Err(e) if e.db_is_fk_violation() => {
-                return Err(StoreError::not_found("merchant", &new.merchant_id))
-            }
-            Err(e) => return Err(e),
-        }
-        history::append(
-            &mut tx,
-            &NewHistory {
-                payment_id: &order.id,
-                aggregate_type: "order",
-                aggregate_id: &order.id,
-                to_state: OrderState::Created.as_str(),
-                to_version: 0,
-                event_kind: "COMMAND_CREATE",
-                evidence_source: "command",
-                amount_minor: Some(order.amount.amount_minor),
-                currency: Some(order.amount.currency.as_str()),
-                decision: "applied",
-                reason: "payment created",
-                provenance: Some(provenance),
-                ..NewHistory::default()
-            },
-            now,
-        )
-        .await?;
+        insert_new_order(&mut tx, &order).await?;
+        history::append(&mut tx, &created_row(&order, provenance), order.created_at).await?;
         tx.commit().await?;
         Ok(order)
+    }
+
+    /// Create a payment (`payment_id` from [`Store::mint_payment_id`]) and
+    /// start its first attempt in one transaction: a create with `confirm`.
+    /// The attempt is decided by the same rule as [`Store::create_attempt`]
+    /// from the order as inserted, so the two reads and the commit between the
+    /// two writes are saved. All or nothing: a used order number is a conflict
+    /// and nothing is written.
+    pub async fn create_payment_with_attempt(
+        &self,
+        payment_id: &str,
+        new: &NewPayment,
+        attempt: &NewAttempt,
+        provenance: &Provenance,
+    ) -> Result<(PaymentOrder, PaymentAttempt), StoreError> {
+        let account = self
+            .connector_credentials_cached(&attempt.connector_account_id)
+            .await?;
+        let order = new_order(payment_id.to_owned(), new, self.now_ms())?;
+        let amounts = new_amounts(&order);
+        let mut tx = self.begin_write().await?;
+        insert_new_order(&mut tx, &order).await?;
+        let basis = AttemptBasis {
+            order: &order,
+            amounts: &amounts,
+            latest: None,
+        };
+        let lead = created_row(&order, provenance);
+        let started = self
+            .start_attempt_on(&mut tx, basis, attempt, &account, provenance, Some(lead))
+            .await?;
+        // A fresh order, locked by this transaction: the rule applies and the
+        // version check holds; anything else rolls the creation back too.
+        let Step::Done(Ok(first)) = started else {
+            tx.rollback().await?;
+            return Err(StoreError::Conflict(format!(
+                "payment {payment_id}: its first attempt could not start with it"
+            )));
+        };
+        tx.commit().await?;
+        tracing::info!(payment_id, attempt_id = %first.id, adapter = %first.adapter,
+            "payment created with its first attempt");
+        let order = PaymentOrder {
+            state: OrderState::Processing,
+            version: 1,
+            updated_at: first.created_at,
+            ..order
+        };
+        Ok((order, first))
     }
 
     /// Start a new attempt on a payment. Allowed only when the order is open
@@ -860,15 +943,41 @@ impl Store {
         provenance: &Provenance,
     ) -> Result<Step<Result<PaymentAttempt, StoreError>>, StoreError> {
         let (order, amounts) = order_and_amounts_in(tx, &new.payment_id).await?;
+        let latest = latest_attempt_in(tx, &order.id).await?;
+        let basis = AttemptBasis {
+            order: &order,
+            amounts: &amounts,
+            latest,
+        };
+        self.start_attempt_on(tx, basis, new, account, provenance, None)
+            .await
+    }
+
+    /// The decision and writes of a new attempt on `basis`; `lead` is a
+    /// history row written before the attempt's own (the order's creation,
+    /// when both happen in one transaction).
+    async fn start_attempt_on(
+        &self,
+        tx: &mut Tx,
+        basis: AttemptBasis<'_>,
+        new: &NewAttempt,
+        account: &ConnectorCredentials,
+        provenance: &Provenance,
+        lead: Option<NewHistory<'_>>,
+    ) -> Result<Step<Result<PaymentAttempt, StoreError>>, StoreError> {
+        let AttemptBasis {
+            order,
+            amounts,
+            latest,
+        } = basis;
         if account.merchant_id != order.merchant_id {
             return Err(StoreError::not_found(
                 "connector account",
                 &new.connector_account_id,
             ));
         }
-        let latest = latest_attempt_in(tx, &order.id).await?;
         let decision = decide_order(
-            &order.snapshot(&amounts)?,
+            &order.snapshot(amounts)?,
             latest.as_ref().map(|a| a.state),
             OrderCommand::StartAttempt,
         );
@@ -877,10 +986,10 @@ impl Store {
             new_state, rule, ..
         } = decision
         else {
-            let refusal = refusal_error(&order, latest.as_ref(), &decision);
+            let refusal = refusal_error(order, latest.as_ref(), &decision);
             crate::door::record_order_refusal(
                 tx,
-                &order,
+                order,
                 OrderCommand::StartAttempt,
                 &decision,
                 provenance,
@@ -889,51 +998,11 @@ impl Store {
             .await?;
             return Ok(Step::Done(Err(refusal)));
         };
-        let bumped = sqlx::query(
-            "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4 \
-             WHERE id = $1 AND version = $2",
-        )
-        .bind(&order.id)
-        .bind(order.version)
-        .bind(new_state.as_str())
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-        if bumped.rows_affected() == 0 {
+        if !bump_order(tx, order, new_state, now).await? {
             return Ok(Step::Retry);
         }
         let attempt_no = latest.as_ref().map_or(1, |a| a.attempt_no + 1);
-        let attempt = PaymentAttempt {
-            id: ids::attempt(),
-            payment_id: order.id.clone(),
-            attempt_no,
-            reference: ids::attempt_reference(&order.id, attempt_no),
-            adapter: account.adapter.clone(),
-            connector_account_id: account.connector_account_id.clone(),
-            psp_reference: None,
-            amount: order.amount,
-            capture_mode: order.capture_mode,
-            payment_method_token: new
-                .payment_method_token
-                .clone()
-                .or_else(|| order.payment_method_token.clone()),
-            payment_method_type: new.payment_method_type.clone(),
-            state: AttemptState::Created,
-            version: 0,
-            next_retry_time: new.next_retry_time,
-            retry_count: 0,
-            last_psp_call_at: None,
-            timeout_at: new.timeout_at,
-            expires_at: new.expires_at,
-            last_event: None,
-            next_action_url: None,
-            failure: None,
-            authorized_at: None,
-            void_requested_at: None,
-            created_at: now,
-            updated_at: now,
-            adapter_pin: None,
-        };
+        let attempt = new_attempt(order, account, new, attempt_no, now);
         if let Err(e) = insert_attempt(tx, &attempt).await {
             if e.is_unique_violation() {
                 // The partial unique index is the last net behind decide_order.
@@ -945,45 +1014,21 @@ impl Store {
             }
             return Err(e);
         }
-        let order_version = order.version + 1;
         let created_reason = match &new.route_reason {
             Some(route) => format!(
                 "attempt created with a stable reference before any PSP call; routed: {route}"
             ),
             None => "attempt created with a stable reference before any PSP call".to_owned(),
         };
-        let rows = [
-            NewHistory {
-                payment_id: &order.id,
-                aggregate_type: "order",
-                aggregate_id: &order.id,
-                from_state: Some(order.state.as_str()),
-                to_state: new_state.as_str(),
-                from_version: Some(order.version),
-                to_version: order_version,
-                event_kind: command_kind(OrderCommand::StartAttempt),
-                evidence_source: "command",
-                decision: "applied",
-                reason: rule,
-                provenance: Some(provenance),
-                ..NewHistory::default()
-            },
-            NewHistory {
-                payment_id: &order.id,
-                aggregate_type: "attempt",
-                aggregate_id: &attempt.id,
-                to_state: AttemptState::Created.as_str(),
-                to_version: 0,
-                event_kind: command_kind(OrderCommand::StartAttempt),
-                evidence_source: "command",
-                amount_minor: Some(attempt.amount.amount_minor),
-                currency: Some(attempt.amount.currency.as_str()),
-                decision: "applied",
-                reason: &created_reason,
-                provenance: Some(provenance),
-                ..NewHistory::default()
-            },
-        ];
+        let started = Started {
+            order,
+            attempt: &attempt,
+            new_state,
+            rule,
+            reason: &created_reason,
+        };
+        let rows = started.history(provenance);
+        let rows: Vec<NewHistory<'_>> = lead.into_iter().chain(rows).collect();
         history::append_all(tx, &rows, now).await?;
         Ok(Step::Done(Ok(attempt)))
     }
@@ -1452,6 +1497,116 @@ fn refusal_error<S>(
             reason: decision.explain(),
         },
     }
+}
+
+/// Attempt `attempt_no` of `order` at `account`, in state CREATED, with its
+/// stable reference.
+fn new_attempt(
+    order: &PaymentOrder,
+    account: &ConnectorCredentials,
+    new: &NewAttempt,
+    attempt_no: i64,
+    now: i64,
+) -> PaymentAttempt {
+    PaymentAttempt {
+        id: ids::attempt(),
+        payment_id: order.id.clone(),
+        attempt_no,
+        reference: ids::attempt_reference(&order.id, attempt_no),
+        adapter: account.adapter.clone(),
+        connector_account_id: account.connector_account_id.clone(),
+        psp_reference: None,
+        amount: order.amount,
+        capture_mode: order.capture_mode,
+        payment_method_token: new
+            .payment_method_token
+            .clone()
+            .or_else(|| order.payment_method_token.clone()),
+        payment_method_type: new.payment_method_type.clone(),
+        state: AttemptState::Created,
+        version: 0,
+        next_retry_time: new.next_retry_time,
+        retry_count: 0,
+        last_psp_call_at: None,
+        timeout_at: new.timeout_at,
+        expires_at: new.expires_at,
+        last_event: None,
+        next_action_url: None,
+        failure: None,
+        authorized_at: None,
+        void_requested_at: None,
+        created_at: now,
+        updated_at: now,
+        adapter_pin: None,
+    }
+}
+
+/// A new attempt's two history rows: the order's move and the attempt's creation.
+struct Started<'a> {
+    order: &'a PaymentOrder,
+    attempt: &'a PaymentAttempt,
+    new_state: OrderState,
+    rule: &'a str,
+    reason: &'a str,
+}
+
+impl<'a> Started<'a> {
+    fn history(&self, provenance: &'a Provenance) -> [NewHistory<'a>; 2] {
+        let (order, attempt) = (self.order, self.attempt);
+        [
+            NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "order",
+                aggregate_id: &order.id,
+                from_state: Some(order.state.as_str()),
+                to_state: self.new_state.as_str(),
+                from_version: Some(order.version),
+                to_version: order.version + 1,
+                event_kind: command_kind(OrderCommand::StartAttempt),
+                evidence_source: "command",
+                decision: "applied",
+                reason: self.rule,
+                provenance: Some(provenance),
+                ..NewHistory::default()
+            },
+            NewHistory {
+                payment_id: &order.id,
+                aggregate_type: "attempt",
+                aggregate_id: &attempt.id,
+                to_state: AttemptState::Created.as_str(),
+                to_version: 0,
+                event_kind: command_kind(OrderCommand::StartAttempt),
+                evidence_source: "command",
+                amount_minor: Some(attempt.amount.amount_minor),
+                currency: Some(attempt.amount.currency.as_str()),
+                decision: "applied",
+                reason: self.reason,
+                provenance: Some(provenance),
+                ..NewHistory::default()
+            },
+        ]
+    }
+}
+
+/// The order's CAS to `new_state` for a new attempt: false when another
+/// writer moved its version first.
+async fn bump_order(
+    tx: &mut Tx,
+    order: &PaymentOrder,
+    new_state: OrderState,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let bumped = sqlx::query(
+        "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4 \
+         WHERE id = $1 AND version = $2",
+    )
+    .bind(&order.id)
+    .bind(order.version)
+    .bind(new_state.as_str())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(bumped.rows_affected() == 1)
 }
 
 async fn insert_order(tx: &mut Tx, order: &PaymentOrder) -> Result<(), StoreError> {

@@ -5,8 +5,10 @@ extern crate sluice_test_support;
 
 pub mod common;
 
+mod accept;
 mod account_cache;
 mod boundary;
+mod create;
 mod door;
 mod exits;
 mod fulfillment;

@@ -1,0 +1,211 @@
+//! A verified webhook kept in one commit: its sealed body and its events'
+//! inbox rows (`Store::accept_webhook`), on both backends.
+
+use crate::common::*;
+use sluice_store::{AcceptedWebhook, InboxInsert, NewInboxEvent};
+
+const BODY: &[u8] = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
+
+fn event_of(account: &str, provider_event_id: &str) -> NewInboxEvent {
+    NewInboxEvent {
+        adapter: "stripe".into(),
+        connector_account_id: account.to_owned(),
+        provider_event_id: provider_event_id.to_owned(),
+        payload_digest: "d1".into(),
+        event: serde_json::json!({"kind": "payment_succeeded"}),
+        raw_body_id: None,
+    }
+}
+
+fn webhook<'a>(
+    account: &'a str,
+    digest: &'a str,
+    body: &'a [u8],
+    ids: &[&str],
+) -> AcceptedWebhook<'a> {
+    AcceptedWebhook {
+        connector_account_id: account,
+        payload_digest: digest,
+        body,
+        events: ids.iter().map(|id| event_of(account, id)).collect(),
+    }
+}
+
+fn inserted(outcome: &InboxInsert) -> &str {
+    match outcome {
+        InboxInsert::Inserted { id } => id,
+        InboxInsert::Duplicate { .. } => panic!("expected a new inbox row, got {outcome:?}"),
+    }
+}
+
+dual_test! {
+    async fn a_verified_webhook_keeps_its_body_and_queues_its_event_naming_it(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let account = fx.account.id.as_str();
+
+        let (body_id, outcomes) = store.accept_webhook(webhook(account, "d1", BODY, &["evt_1"])).await.unwrap();
+
+        assert_eq!(outcomes.len(), 1);
+        let entry = store.inbox_get(inserted(&outcomes[0])).await.unwrap();
+        assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+        assert_eq!((entry.status.as_str(), entry.provider_event_id.as_deref()), ("pending", Some("evt_1")));
+        assert_eq!(store.inbox_raw_body(&entry.id).await.unwrap().as_deref(), Some(BODY), "the body opens as it came");
+    }
+}
+
+dual_test! {
+    async fn the_same_webhook_again_is_a_duplicate_and_writes_nothing(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let account = fx.account.id.as_str();
+        let (body_id, first) = store.accept_webhook(webhook(account, "d1", BODY, &["evt_1"])).await.unwrap();
+        let bodies = count(store, "SELECT COUNT(*) FROM webhook_bodies WHERE connector_account_id = $1", account).await;
+
+        let (again_body, again) = store.accept_webhook(webhook(account, "d1", BODY, &["evt_1"])).await.unwrap();
+
+        assert_eq!(again_body, body_id, "the body is kept once per account and digest");
+        let first_id = inserted(&first[0]).to_owned();
+        assert_eq!(again, vec![InboxInsert::Duplicate { id: first_id, status: "pending".into() }]);
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_bodies WHERE connector_account_id = $1", account).await, bodies);
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1", account).await, 1);
+    }
+}
+
+dual_test! {
+    async fn a_redelivery_with_another_body_keeps_that_body_but_does_not_queue_the_event_again(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let account = fx.account.id.as_str();
+        store.accept_webhook(webhook(account, "d1", BODY, &["evt_1"])).await.unwrap();
+
+        let other = br#"{"id":"evt_1","type":"payment_intent.succeeded","attempt":2}"#;
+        let (body_id, again) = store.accept_webhook(webhook(account, "d2", other, &["evt_1"])).await.unwrap();
+
+        assert!(matches!(&again[0], InboxInsert::Duplicate { .. }), "{again:?}");
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_bodies WHERE id = $1", &body_id).await, 1, "the second body is evidence too");
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1", account).await, 1);
+    }
+}
+
+dual_test! {
+    async fn every_event_of_a_webhook_is_queued_with_the_one_body(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let account = fx.account.id.as_str();
+
+        let (body_id, outcomes) = store
+            .accept_webhook(webhook(account, "d1", BODY, &["evt_1", "evt_1#1", "evt_2"]))
+            .await
+            .unwrap();
+
+        assert_eq!(outcomes.len(), 3);
+        for outcome in &outcomes {
+            let entry = store.inbox_get(inserted(outcome)).await.unwrap();
+            assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+        }
+    }
+}
+
+dual_test! {
+    async fn another_account_posting_the_same_body_and_event_id_gets_its_own_rows(&db) {
+        let store = &db.store;
+        let victim = Fixture::new(store, "Victim").await;
+        let attacker = Fixture::new(store, "Attacker").await;
+        let (victim_body, victim_rows) = store
+            .accept_webhook(webhook(&victim.account.id, "d1", BODY, &["evt_1"]))
+            .await
+            .unwrap();
+
+        let (body_id, outcomes) = store
+            .accept_webhook(webhook(&attacker.account.id, "d1", BODY, &["evt_1"]))
+            .await
+            .unwrap();
+
+        assert_ne!(body_id, victim_body, "a body is never shared across accounts");
+        let entry = store.inbox_get(inserted(&outcomes[0])).await.unwrap();
+        assert_eq!(entry.connector_account_id, attacker.account.id);
+        assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+        let victim_entry = store.inbox_get(inserted(&victim_rows[0])).await.unwrap();
+        assert_eq!(victim_entry.raw_body_id.as_deref(), Some(victim_body.as_str()), "the victim's row is untouched");
+    }
+}
+
+/// PostgreSQL's one-statement path cannot see a body that a concurrent
+/// transaction is inserting: its insert waits for that transaction, then
+/// finds the body kept but not in its snapshot. It must neither queue the
+/// event without its body nor lose it.
+#[tokio::test]
+async fn on_postgres_a_body_kept_by_a_concurrent_transaction_is_found_and_the_event_names_it() {
+    let db: sluice_test_support::TestDb =
+        sluice_test_support::TestDb::open(sluice_store::Backend::Postgres).await;
+    let store = db.store.clone();
+    let fx = Fixture::new(&store, "Acme").await;
+    let account = fx.account.id.clone();
+    let sealed = store
+        .seal_secret(
+            &sluice_store::secrets::secret_context(
+                "webhook_bodies",
+                "sealed_body",
+                "whb_concurrent",
+            ),
+            BODY,
+        )
+        .unwrap();
+    let mut other = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, received_at) \
+         VALUES ('whb_concurrent', $1, 'd1', $2, 0)",
+    )
+    .bind(&account)
+    .bind(&sealed)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+
+    let accepting = {
+        let (store, account) = (store.clone(), account.clone());
+        tokio::spawn(async move {
+            store
+                .accept_webhook(webhook(&account, "d1", BODY, &["evt_1"]))
+                .await
+        })
+    };
+    sluice_test_support::eventually(
+        std::time::Duration::from_secs(10),
+        "the insert to wait on the other transaction",
+        || {
+            let store = store.clone();
+            async move {
+                let waiting = count(
+                    &store,
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE $1",
+                    "WITH body AS%",
+                )
+                .await;
+                (waiting == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    other.commit().await.unwrap();
+
+    let (body_id, outcomes) = accepting.await.unwrap().unwrap();
+    assert_eq!(body_id, "whb_concurrent");
+    let entry = store.inbox_get(inserted(&outcomes[0])).await.unwrap();
+    assert_eq!(
+        entry.raw_body_id.as_deref(),
+        Some("whb_concurrent"),
+        "the event names the body kept"
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1",
+            &account
+        )
+        .await,
+        1
+    );
+}
