@@ -92,6 +92,12 @@ impl<C: TestClock> TestDb<C> {
     }
 }
 
+/// The PostgreSQL server the tests (and the simulator's `--store postgres`)
+/// make their databases on: `SLUICE_TEST_DATABASE_URL`, else [`DEFAULT_PG_URL`].
+pub fn server_url() -> String {
+    std::env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into())
+}
+
 /// A PostgreSQL database made for one test (on `SLUICE_TEST_DATABASE_URL`) and
 /// dropped with it, for tests that hand a database to a process of their own.
 pub struct PgDatabase {
@@ -104,36 +110,59 @@ pub struct PgDatabase {
 
 impl PgDatabase {
     pub async fn create() -> PgDatabase {
-        sqlx::any::install_default_drivers();
-        let admin_url =
-            std::env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into());
-        let mut admin = sqlx::AnyConnection::connect(&admin_url)
+        let admin_url = server_url();
+        let name = format!("sluice_test_{}", uuid::Uuid::new_v4().simple());
+        PgDatabase::create_on(&admin_url, &name, None)
             .await
             .unwrap_or_else(|e| {
                 panic!(
-                    "PostgreSQL is required by the tests and is unreachable at {admin_url}: {e}. \
+                    "PostgreSQL is required by the tests and is unreachable at {admin_url}, \
+                     or refused to make a database there: {e}. \
                      Start PostgreSQL or point SLUICE_TEST_DATABASE_URL at one."
                 )
-            });
-        let name = format!("sluice_test_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
+            })
+    }
+
+    /// The database `name` on the server at `admin_url` (a URL of any database
+    /// there), empty or, with `template`, a copy of that database (nobody may
+    /// be connected to it meanwhile). Dropped with the value unless kept.
+    pub async fn create_on(
+        admin_url: &str,
+        name: &str,
+        template: Option<&str>,
+    ) -> Result<PgDatabase, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let mut admin = sqlx::AnyConnection::connect(admin_url).await?;
+        let sql = match template {
+            Some(template) => format!("CREATE DATABASE {name} TEMPLATE {template}"),
+            None => format!("CREATE DATABASE {name}"),
+        };
+        let created = sqlx::query(&sql).execute(&mut admin).await;
         admin.close().await.ok();
-        let url = database_url(&admin_url, &name);
-        PgDatabase {
-            admin_url,
-            name,
-            url,
+        created?;
+        Ok(PgDatabase {
+            admin_url: admin_url.to_owned(),
+            name: name.to_owned(),
+            url: database_url(admin_url, name),
             dropped: false,
-        }
+        })
+    }
+
+    /// The database's name on its server.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Drops the database now, disconnecting whoever uses it.
     pub async fn drop_now(mut self) {
         drop_database(&self.admin_url, &self.name).await;
         self.dropped = true;
+    }
+
+    /// Leaves the database on the server (to inspect it); returns its name.
+    pub fn keep(mut self) -> String {
+        self.dropped = true;
+        std::mem::take(&mut self.name)
     }
 }
 
@@ -158,7 +187,9 @@ impl Drop for PgDatabase {
 }
 
 /// FORCE ends the open connections of whoever still uses the database.
-async fn drop_database(admin_url: &str, name: &str) {
+/// Best effort: a database left behind is a leak, not a failure.
+pub async fn drop_database(admin_url: &str, name: &str) {
+    sqlx::any::install_default_drivers();
     if let Ok(mut admin) = sqlx::AnyConnection::connect(admin_url).await {
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .execute(&mut admin)

@@ -1,5 +1,6 @@
-//! The one test-support crate of the workspace (a dev-dependency only; nothing
-//! here ships in the gateway). Every crate's integration tests draw their
+//! The one test-support crate of the workspace (a dev-dependency, and the
+//! simulator's way to its PostgreSQL databases; nothing here ships in the
+//! gateway). Every crate's integration tests draw their
 //! harness from here instead of keeping a copy:
 //!
 //! - [`db`]: a migrated store on a throwaway database, SQLite (a temp file) or
