@@ -73,7 +73,8 @@ commands:
                      (extra args go to the test runner)
   sim [args...]      build the adapters, then run the deterministic simulator:
                      many seeds (--seeds N --start S --jobs J --check-determinism K),
-                     or one with its whole trace (--seed S)
+                     or one with its whole trace (--seed S); --store postgres runs each
+                     seed on a PostgreSQL database (SLUICE_TEST_DATABASE_URL's server)
   sim-mutants [N]     apply each deliberately wrong patch of host/sim/mutants/ in a scratch
                      worktree and show whether the simulator catches it within N seeds
                      (default 200), and at which seed
@@ -88,7 +89,8 @@ commands:
                      then you replace its wire format (docs/adapters.md)
 
 environment:
-  SLUICE_TEST_DATABASE_URL   PostgreSQL for the tests (default postgres://postgres@127.0.0.1:5432/postgres)
+  SLUICE_TEST_DATABASE_URL   PostgreSQL for the tests and `sim --store postgres`
+                             (default postgres://postgres@127.0.0.1:5432/postgres)
   CARGO_TARGET_DIR           respected for all builds and for <target>/adapters";
 
 fn new_adapter(args: &[OsString]) -> Result<()> {
@@ -380,8 +382,7 @@ fn build_variants(out_dir: &Path) -> Result<()> {
 
 fn test(extra: &[OsString]) -> Result<()> {
     let adapters_dir = build_adapters()?;
-    let database_url =
-        env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.into());
+    let database_url = test_database_url();
     check_postgres(&database_url)?;
 
     let with_env = |cmd: &mut Command| {
@@ -414,6 +415,11 @@ fn nextest_installed() -> bool {
         .output()
         .map(|out| out.status.success())
         .unwrap_or(false)
+}
+
+/// The PostgreSQL server of the tests and of `sim --store postgres`.
+fn test_database_url() -> String {
+    env::var("SLUICE_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.into())
 }
 
 /// Fails clearly when nothing listens where the tests expect PostgreSQL.
@@ -537,6 +543,9 @@ const SIM_RUN: [&str; 9] = [
 ];
 
 fn sim(extra: &[OsString]) -> Result<()> {
+    if on_postgres(extra) {
+        check_postgres(&test_database_url())?;
+    }
     let adapters_dir = build_adapters()?;
     let mut cmd = cargo();
     cmd.args(SIM_RUN)
@@ -544,6 +553,15 @@ fn sim(extra: &[OsString]) -> Result<()> {
         .arg(&adapters_dir)
         .args(extra);
     run(&mut cmd)
+}
+
+/// Whether the simulator's arguments ask for `--store postgres`.
+fn on_postgres(args: &[OsString]) -> bool {
+    let args: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    args.iter().any(|a| a == "--store=postgres")
+        || args
+            .windows(2)
+            .any(|pair| pair[0] == "--store" && pair[1] == "postgres")
 }
 
 /// Each wrong patch in `host/sim/mutants/`, applied to a scratch worktree of

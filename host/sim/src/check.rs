@@ -330,7 +330,8 @@ impl World {
     async fn inbox_duplicates(&self) -> Result<Vec<String>, SimError> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT payload_digest, COUNT(*) FROM webhook_inbox \
-             WHERE verification = 'verified' GROUP BY connector_account_id, payload_digest",
+             WHERE verification = 'verified' GROUP BY connector_account_id, payload_digest \
+             ORDER BY connector_account_id, payload_digest",
         )
         .fetch_all(self.gw.store.pool())
         .await?;
@@ -361,7 +362,7 @@ impl World {
     async fn inbox_left_open(&self) -> Result<Vec<String>, SimError> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT status, COUNT(*) FROM webhook_inbox \
-             WHERE status IN ('pending', 'processing', 'failed') GROUP BY status",
+             WHERE status IN ('pending', 'processing', 'failed') GROUP BY status ORDER BY status",
         )
         .fetch_all(self.gw.store.pool())
         .await?;

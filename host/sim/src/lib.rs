@@ -1,7 +1,7 @@
 //! Deterministic simulation of the whole gateway (issue 12).
 //!
 //! A seed builds a world from the seed alone and drives the real code —
-//! store (SQLite), orchestrator, inbox processor, recovery scanner, the real
+//! store (SQLite, or PostgreSQL with `--store postgres`), orchestrator, inbox processor, recovery scanner, the real
 //! Stripe-format and Adyen-format adapter components — against the sandbox
 //! PSP's ledger in process, through a network that loses, duplicates,
 //! mangles and delays, with the gateway process killed between the PSP's
@@ -27,19 +27,22 @@ pub mod race;
 pub mod review;
 pub mod review_fulfillment;
 pub mod rng;
+pub mod seed_db;
 pub mod trace;
 pub mod webhooks;
 pub mod world;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use sluice_adapter_runtime::{
     AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits, MAX_CPU_DEADLINE,
 };
-use sluice_store::{Clock, ManualClock, Store, StoreOptions};
+use sluice_store::{Clock, ManualClock};
 
 use crate::net::NetMode;
+use crate::seed_db::Template;
+pub use crate::seed_db::{KeepDb, StoreKind};
 use crate::world::World;
 
 /// Why a seed could not run at all (not a finding: a broken set-up).
@@ -70,8 +73,10 @@ pub struct SimOptions {
     pub converge_ms: i64,
     /// Print every trace line as it happens.
     pub echo: bool,
-    /// Keep the seed's database (replaying one seed), at `keep_db`.
-    pub keep_db: Option<PathBuf>,
+    /// The store every seed's gateway runs on.
+    pub store: StoreKind,
+    /// Whether a seed's database outlives it.
+    pub keep_db: KeepDb,
 }
 
 impl Default for SimOptions {
@@ -81,7 +86,8 @@ impl Default for SimOptions {
             converge_rounds: 5_000,
             converge_ms: 10 * 86_400_000,
             echo: false,
-            keep_db: None,
+            store: StoreKind::Sqlite,
+            keep_db: KeepDb::No,
         }
     }
 }
@@ -102,6 +108,9 @@ pub struct SeedReport {
     pub fulfillment: std::collections::BTreeMap<String, usize>,
     /// The last lines of the trace (for a failing seed).
     pub tail: Vec<String>,
+    /// Where the seed's database was kept (`SimOptions::keep_db`): a path,
+    /// or a database's name on the PostgreSQL server.
+    pub kept_db: Option<String>,
 }
 
 impl SeedReport {
@@ -115,8 +124,7 @@ impl SeedReport {
 pub struct Simulator {
     runtime: AdapterRuntime,
     clock: ManualClock,
-    dir: tempfile::TempDir,
-    template: PathBuf,
+    template: Template,
     options: SimOptions,
 }
 
@@ -154,15 +162,10 @@ impl Simulator {
                 .load(name, &bytes, None, true)
                 .map_err(|e| SimError::Setup(format!("loading {name}: {e}")))?;
         }
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-sim")
-            .tempdir_in(tmp_root())?;
-        let template = dir.path().join("template.db");
-        tokio_runtime()?.block_on(migrate_template(&template))?;
+        let template = tokio_runtime(true)?.block_on(Template::make(&options.store))?;
         Ok(Simulator {
             runtime,
             clock,
-            dir,
             template,
             options,
         })
@@ -173,9 +176,10 @@ impl Simulator {
 
     /// Runs one seed to its end.
     pub fn run(&self, seed: u64) -> Result<SeedReport, SimError> {
-        let db = self.dir.path().join(format!("seed-{seed}.db"));
-        std::fs::copy(&self.template, &db)?;
-        let runtime = tokio_runtime()?;
+        let runtime = tokio_runtime(self.template.needs_io())?;
+        let db = runtime.block_on(self.template.seed_db(seed))?;
+        let url = db.url();
+        let started = std::time::Instant::now();
         // On a thread of its own with a large stack: a world's future holds
         // the whole gateway's call chains, megabytes in a debug build, where
         // a test harness thread has 2 MiB. It inherits the job's core.
@@ -183,34 +187,37 @@ impl Simulator {
             std::thread::Builder::new()
                 .name(format!("seed-{seed}"))
                 .stack_size(Self::SEED_STACK_BYTES)
-                .spawn_scoped(scope, || runtime.block_on(self.run_world(seed, &db)))
+                .spawn_scoped(scope, || runtime.block_on(self.run_world(seed, &url)))
                 .map_err(SimError::Io)?
                 .join()
                 .map_err(|_| SimError::Setup(format!("seed {seed}: its thread panicked")))?
         });
+        tracing::debug!(
+            target: "sluice_sim::seed_db",
+            "seed {seed}: ran in {} ms",
+            started.elapsed().as_millis()
+        );
+        let passed = report.as_ref().is_ok_and(SeedReport::passed);
+        // Before the runtime goes: a PostgreSQL database is dropped through
+        // it (disconnecting the killed incarnations' pools).
+        let kept = runtime.block_on(
+            self.template
+                .finish(db, seed, passed, &self.options.keep_db),
+        );
         // The killed incarnations' calls hang forever by design; nothing of
         // the world is left to wait for.
         runtime.shutdown_background();
-        if let Some(keep) = &self.options.keep_db {
-            // The WAL holds the latest pages: keep it beside the file.
-            std::fs::copy(&db, keep)?;
-            let wal = PathBuf::from(format!("{}-wal", db.display()));
-            if wal.exists() {
-                std::fs::copy(&wal, format!("{}-wal", keep.display()))?;
-            }
-        }
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-        }
-        report
+        let mut report = report?;
+        report.kept_db = kept?;
+        Ok(report)
     }
 
-    async fn run_world(&self, seed: u64, db: &Path) -> Result<SeedReport, SimError> {
+    async fn run_world(&self, seed: u64, db_url: &str) -> Result<SeedReport, SimError> {
         let mut world = World::build(
             seed,
             self.runtime.clone(),
             self.clock.clone(),
-            db,
+            db_url,
             self.options.echo,
         )
         .await?;
@@ -250,6 +257,7 @@ impl Simulator {
             violations: world.violations.clone(),
             fulfillment: world.fulfillment_outcomes.clone(),
             tail: world.trace.tail(),
+            kept_db: None,
         })
     }
 }
@@ -401,41 +409,16 @@ fn wide_open_bulkhead() -> BulkheadConfig {
 }
 
 /// A current-thread runtime: one seed runs on one thread, in one order.
-/// Timers only (budgets are `tokio::time` timeouts): a seed opens no socket,
-/// and without an I/O driver an idle runtime parks on a futex rather than in
-/// `epoll_wait`, woken without an eventfd write, which is cheaper on each of
-/// the thousands of hand-offs to SQLite's worker thread a seed makes.
-fn tokio_runtime() -> Result<tokio::runtime::Runtime, SimError> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()?)
-}
-
-/// Where seed databases live: memory-backed when the machine has it.
-fn tmp_root() -> PathBuf {
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        shm
-    } else {
-        std::env::temp_dir()
+/// On SQLite timers only (budgets are `tokio::time` timeouts): a seed opens
+/// no socket, and without an I/O driver an idle runtime parks on a futex
+/// rather than in `epoll_wait`, woken without an eventfd write, which is
+/// cheaper on each of the thousands of hand-offs to SQLite's worker thread a
+/// seed makes. PostgreSQL is a socket (`io`).
+fn tokio_runtime(io: bool) -> Result<tokio::runtime::Runtime, SimError> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time();
+    if io {
+        builder.enable_io();
     }
-}
-
-async fn migrate_template(path: &Path) -> Result<(), SimError> {
-    // One connection: a checkpoint waits for every other reader.
-    let store = Store::connect_with(
-        &format!("sqlite://{}", path.display()),
-        StoreOptions {
-            max_connections: 1,
-            ..StoreOptions::default()
-        },
-    )
-    .await?;
-    store.migrate().await?;
-    // Fold the WAL into the file so a plain copy carries the whole schema.
-    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-        .execute(store.pool())
-        .await?;
-    store.close().await;
-    Ok(())
+    Ok(builder.build()?)
 }

@@ -14,7 +14,14 @@ use clap::Parser;
 /// The allocator cannot change what a seed does, only how fast.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use sluice_sim::{SeedReport, SimOptions, Simulator};
+use sluice_sim::{KeepDb, SeedReport, SimOptions, Simulator, StoreKind};
+
+/// The store every seed's gateway runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Store {
+    Sqlite,
+    Postgres,
+}
 
 #[derive(Debug, Parser)]
 #[command(about = "Deterministic simulation of the Sluice gateway")]
@@ -37,8 +44,20 @@ struct Args {
     /// Run this many of the seeds a second time and compare trace hashes.
     #[arg(long, default_value_t = 0)]
     check_determinism: u64,
-    /// Replaying one seed: keep its database here (SQLite) to inspect.
+    /// With --store postgres: run every seed on SQLite too, and fail a seed
+    /// whose trace differs (the stores must behave alike, to the line).
     #[arg(long)]
+    same_as_sqlite: bool,
+    /// The store: SQLite (a file per seed) or PostgreSQL (a database per
+    /// seed on the server at SLUICE_TEST_DATABASE_URL, default
+    /// postgres://postgres@127.0.0.1:5432/postgres).
+    #[arg(long, value_enum, default_value_t = Store::Sqlite)]
+    store: Store,
+    /// Keep a seed's database to inspect. SQLite: a copy at PATH (replaying
+    /// one seed). PostgreSQL, without PATH: a failing seed's database (a
+    /// replayed seed's whatever its outcome) stays on the server under the
+    /// name printed.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
     keep_db: Option<PathBuf>,
     /// Where `stripe.wasm` and `adyen.wasm` are (default: the test adapters).
     #[arg(long, env = "SLUICE_TEST_ADAPTERS_DIR")]
@@ -61,15 +80,54 @@ fn main() -> ExitCode {
         .adapters
         .clone()
         .unwrap_or_else(|| PathBuf::from("target/adapters"));
+    let (store, keep_db) = match store_and_keep(&args) {
+        Ok(chosen) => chosen,
+        Err(message) => {
+            eprintln!("sluice-sim: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = SimOptions {
         steps: args.steps,
         echo: args.seed.is_some(),
-        keep_db: args.keep_db.clone(),
+        store,
+        keep_db,
         ..SimOptions::default()
     };
     match args.seed {
         Some(seed) => replay(&adapters, options, seed),
         None => sweep(&args, &adapters, options),
+    }
+}
+
+/// The store and what to keep of it, from `--store` and `--keep-db`.
+fn store_and_keep(args: &Args) -> Result<(StoreKind, KeepDb), String> {
+    let path = args
+        .keep_db
+        .as_ref()
+        .filter(|path| !path.as_os_str().is_empty());
+    match args.store {
+        Store::Sqlite => {
+            let keep = match (&args.keep_db, path) {
+                (None, _) => KeepDb::No,
+                (Some(_), Some(path)) => KeepDb::CopyTo(path.clone()),
+                (Some(_), None) => return Err("on SQLite, --keep-db needs a PATH".into()),
+            };
+            Ok((StoreKind::Sqlite, keep))
+        }
+        Store::Postgres => {
+            if path.is_some() {
+                return Err("on PostgreSQL, --keep-db takes no PATH: the database stays on the server under the name printed".into());
+            }
+            let keep = match args.keep_db {
+                Some(_) => KeepDb::OnServer {
+                    always: args.seed.is_some(),
+                },
+                None => KeepDb::No,
+            };
+            let server_url = sluice_test_support::db::server_url();
+            Ok((StoreKind::Postgres { server_url }, keep))
+        }
     }
 }
 
@@ -85,6 +143,9 @@ fn replay(adapters: &std::path::Path, options: SimOptions, seed: u64) -> ExitCod
                 report.trace_lines,
                 report.trace_hash
             );
+            if let Some(kept) = &report.kept_db {
+                println!("seed {seed}: database kept: {kept}");
+            }
             if report.passed() {
                 println!("seed {seed}: all invariants hold");
                 ExitCode::SUCCESS
@@ -104,6 +165,7 @@ fn replay(adapters: &std::path::Path, options: SimOptions, seed: u64) -> ExitCod
 
 fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCode {
     let started = Instant::now();
+    let store = options.store.label();
     let seeds: Vec<u64> = (args.start..args.start.saturating_add(args.seeds)).collect();
     let first = run_all(adapters, options.clone(), &seeds, args.jobs);
     let again: Vec<u64> = seeds
@@ -111,14 +173,49 @@ fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCo
         .copied()
         .take(usize::try_from(args.check_determinism).unwrap_or(usize::MAX))
         .collect();
+    let on_sqlite = SimOptions {
+        store: StoreKind::Sqlite,
+        keep_db: KeepDb::No,
+        ..options.clone()
+    };
     let second = run_all(adapters, options, &again, args.jobs);
+    let failed = print_failures(&first, &replay_flags(args));
+    let nondeterministic = trace_differences(&first, &second, "NOT DETERMINISTIC");
+    let mut summary = format!(
+        "{} replayed with {nondeterministic} trace differences",
+        again.len()
+    );
+    let mut across = 0;
+    if args.same_as_sqlite && args.store != Store::Sqlite {
+        let sqlite = run_all(adapters, on_sqlite, &seeds, args.jobs);
+        across = trace_differences(&first, &sqlite, "DIFFERS FROM SQLITE");
+        summary.push_str(&format!(", {across} traces differ from SQLite's"));
+    }
+    let passed = first.iter().flatten().filter(|r| r.passed()).count();
+    let payments: usize = first.iter().flatten().map(|r| r.payments).sum();
+    let crashes: u32 = first.iter().flatten().map(|r| r.crashes).sum();
+    let store_kills: u32 = first.iter().flatten().map(|r| r.store_kills).sum();
+    println!(
+        "sim ({store}): {passed}/{} seeds passed ({payments} payments, {crashes} crashes, {store_kills} of them at store await points), {summary}, in {:.1} s",
+        seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed || nondeterministic > 0 || across > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Prints each failing seed; whether there was one.
+fn print_failures(outcomes: &[Outcome], flags: &str) -> bool {
     let mut failed = false;
-    for outcome in &first {
+    for outcome in outcomes {
         match outcome {
             Ok(report) if report.passed() => {}
             Ok(report) => {
                 failed = true;
-                print_failure(report);
+                print_failure(report, flags);
             }
             Err((seed, error)) => {
                 failed = true;
@@ -126,32 +223,21 @@ fn sweep(args: &Args, adapters: &std::path::Path, options: SimOptions) -> ExitCo
             }
         }
     }
-    let mut nondeterministic = 0;
-    for report in second.iter().flatten() {
+    failed
+}
+
+/// The seeds of `other` whose trace hash differs from the same seed's in
+/// `first`, each printed with `what`.
+fn trace_differences(first: &[Outcome], other: &[Outcome], what: &str) -> usize {
+    let mut differ = 0;
+    for report in other.iter().flatten() {
         let earlier = first.iter().flatten().find(|r| r.seed == report.seed);
         if earlier.is_some_and(|e| e.trace_hash != report.trace_hash) {
-            nondeterministic += 1;
-            println!(
-                "seed {}: NOT DETERMINISTIC (trace hashes differ)",
-                report.seed
-            );
+            differ += 1;
+            println!("seed {}: {what} (trace hashes differ)", report.seed);
         }
     }
-    let passed = first.iter().flatten().filter(|r| r.passed()).count();
-    let payments: usize = first.iter().flatten().map(|r| r.payments).sum();
-    let crashes: u32 = first.iter().flatten().map(|r| r.crashes).sum();
-    let store_kills: u32 = first.iter().flatten().map(|r| r.store_kills).sum();
-    println!(
-        "sim: {passed}/{} seeds passed ({payments} payments, {crashes} crashes, {store_kills} of them at store await points), {} replayed with {nondeterministic} trace differences, in {:.1} s",
-        seeds.len(),
-        again.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if failed || nondeterministic > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    differ
 }
 
 type Outcome = Result<SeedReport, (u64, String)>;
@@ -213,7 +299,19 @@ fn run_all(
     results
 }
 
-fn print_failure(report: &SeedReport) {
+/// The flags a replay of a seed of this run needs besides `--seed`.
+fn replay_flags(args: &Args) -> String {
+    let mut flags = String::new();
+    if args.store == Store::Postgres {
+        flags.push_str(" --store postgres");
+    }
+    if args.steps != SimOptions::default().steps {
+        flags.push_str(&format!(" --steps {}", args.steps));
+    }
+    flags
+}
+
+fn print_failure(report: &SeedReport, flags: &str) {
     println!("seed {}: FAILED", report.seed);
     for violation in &report.violations {
         println!("  VIOLATION {violation}");
@@ -222,5 +320,8 @@ fn print_failure(report: &SeedReport) {
     for line in report.tail.iter().rev().take(40).rev() {
         println!("    {line}");
     }
-    println!("  replay: cargo xtask sim --seed {}", report.seed);
+    if let Some(kept) = &report.kept_db {
+        println!("  database kept: {kept}");
+    }
+    println!("  replay: cargo xtask sim --seed {}{flags}", report.seed);
 }

@@ -4,7 +4,6 @@
 //! starts a new one from the database alone.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -174,19 +173,20 @@ pub struct World {
 }
 
 impl World {
-    /// Builds the world of `seed` on a fresh copy of the migrated database.
+    /// Builds the world of `seed` on a fresh copy of the migrated database
+    /// at `db_url` (SQLite or PostgreSQL).
     pub async fn build(
         seed: u64,
         runtime: AdapterRuntime,
         clock: ManualClock,
-        db_path: &Path,
+        db_url: &str,
         echo: bool,
     ) -> Result<World, SimError> {
         clock.set(START_MS);
         let rng = SimRng::new(seed);
         let trace = Trace::new(clock.clone(), echo);
         let sandbox = sandbox(seed, &clock, &rng)?;
-        let db_url = format!("sqlite://{}", db_path.display());
+        let db_url = db_url.to_owned();
         let drawn = NetMode {
             fault_per_mille: 150 + rng.below(250),
             crashes: rng.chance(700),
@@ -530,9 +530,12 @@ async fn incarnation(
         db_url,
         StoreOptions {
             // One connection, as one seed runs one thing at a time: every
-            // extra connection is another worker thread to wake, and a code
-            // path that held a transaction while asking for a second
-            // connection would hang the seed, which is a finding, not noise.
+            // extra connection is another worker thread to wake (SQLite) or
+            // server process to keep (PostgreSQL), and a code path that held
+            // a transaction while asking for a second connection would hang
+            // the seed, which is a finding, not noise. On PostgreSQL it also
+            // keeps one statement of an instance in flight at a time, so the
+            // order of the statements is the seed's alone.
             max_connections: 1,
             clock: Arc::new(clock.clone()),
             entropy: Arc::new(SeededEntropy::new(entropy_seed)),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use sluice_sim::{SimOptions, Simulator};
+use sluice_sim::{SimOptions, Simulator, StoreKind};
 
 fn adapters() -> PathBuf {
     std::env::var_os("SLUICE_TEST_ADAPTERS_DIR")
@@ -17,6 +17,16 @@ fn simulator() -> Simulator {
 
 fn simulator_with(options: SimOptions) -> Simulator {
     Simulator::new(&adapters(), options).expect("simulator (run `cargo xtask build-adapters`)")
+}
+
+/// Every invariant held; else the violations and the trace's tail.
+fn assert_passed(seed: u64, report: &sluice_sim::SeedReport) {
+    assert!(
+        report.passed(),
+        "seed {seed}: {:?}\n{}",
+        report.violations,
+        report.tail.join("\n")
+    );
 }
 
 /// The regression seeds were found with 60 steps per seed; a seed replays
@@ -71,12 +81,7 @@ fn seeds_with_faults_and_crashes_keep_every_money_invariant() {
     let regressions: &[u64] = &[18, 34, 75];
     for seed in regressions.iter().copied().chain(100..106) {
         let report = sim.run(seed).expect("seed runs");
-        assert!(
-            report.passed(),
-            "seed {seed}: {:?}\n{}",
-            report.violations,
-            report.tail.join("\n")
-        );
+        assert_passed(seed, &report);
     }
 }
 
@@ -93,12 +98,7 @@ fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_o
             report.store_kills > 0,
             "seed {seed} no longer kills at a store await point"
         );
-        assert!(
-            report.passed(),
-            "seed {seed}: {:?}\n{}",
-            report.violations,
-            report.tail.join("\n")
-        );
+        assert_passed(seed, &report);
     }
 }
 
@@ -110,11 +110,39 @@ fn a_manual_refund_never_clears_a_review_flag_raised_for_something_else() {
     let sim = simulator();
     for seed in [459, 743] {
         let report = sim.run(seed).expect("seed runs");
-        assert!(
-            report.passed(),
-            "seed {seed}: {:?}\n{}",
-            report.violations,
-            report.tail.join("\n")
-        );
+        assert_passed(seed, &report);
     }
+}
+
+/// The same world on PostgreSQL (`--store postgres`): each seed on a fresh
+/// copy of a migrated template database, dropped after it. PostgreSQL being
+/// unreachable fails the test, as every PostgreSQL test of the workspace.
+fn postgres_simulator() -> Simulator {
+    let server_url = sluice_test_support::db::server_url();
+    let options = SimOptions {
+        store: StoreKind::Postgres {
+            server_url: server_url.clone(),
+        },
+        ..SimOptions::default()
+    };
+    Simulator::new(&adapters(), options).unwrap_or_else(|e| {
+        panic!(
+            "the simulator on PostgreSQL at {server_url}: {e}. PostgreSQL is required by \
+             the tests: start it or point SLUICE_TEST_DATABASE_URL at one (and run \
+             `cargo xtask build-adapters`)"
+        )
+    })
+}
+
+#[test]
+fn a_few_seeds_on_postgresql_keep_every_invariant_and_replay_the_same_trace() {
+    let sim = postgres_simulator();
+    for seed in [4, 7, 459] {
+        let report = sim.run(seed).expect("seed runs on PostgreSQL");
+        assert_passed(seed, &report);
+        assert_eq!(report.kept_db, None, "a passing seed's database is dropped");
+    }
+    let first = sim.run(7).expect("seed 7");
+    let again = sim.run(7).expect("seed 7 again");
+    assert_eq!(first.trace_hash, again.trace_hash);
 }
