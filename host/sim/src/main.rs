@@ -57,8 +57,8 @@ struct Args {
     /// one seed). PostgreSQL, without PATH: a failing seed's database (a
     /// replayed seed's whatever its outcome) stays on the server under the
     /// name printed.
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
-    keep_db: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", num_args = 0..=1)]
+    keep_db: Option<Option<PathBuf>>,
     /// Where `stripe.wasm` and `adyen.wasm` are (default: the test adapters).
     #[arg(long, env = "SLUICE_TEST_ADAPTERS_DIR")]
     adapters: Option<PathBuf>,
@@ -102,10 +102,7 @@ fn main() -> ExitCode {
 
 /// The store and what to keep of it, from `--store` and `--keep-db`.
 fn store_and_keep(args: &Args) -> Result<(StoreKind, KeepDb), String> {
-    let path = args
-        .keep_db
-        .as_ref()
-        .filter(|path| !path.as_os_str().is_empty());
+    let path = args.keep_db.as_ref().and_then(Option::as_ref);
     match args.store {
         Store::Sqlite => {
             let keep = match (&args.keep_db, path) {
