@@ -3,6 +3,7 @@
 //! webhook otherwise (the body, then the inbox row), each its own commit;
 //! PSPs send bursts after their own outages, so ingest is sized by commits.
 
+use crate::env::AwaitPoint;
 use crate::inbox::{body_context, inbox_duplicate_in, InboxInsert, NewInboxEvent};
 use crate::{ids, Backend, Store, StoreError};
 use sqlx::Row;
@@ -71,6 +72,12 @@ impl Store {
         let body_id = ids::webhook_body();
         let sealed = self.seal_secret(&body_context(&body_id), webhook.body)?;
         let inbox_id = ids::inbox();
+        // The await points of the transaction this statement stands for (the
+        // simulator kills and hands over turns there): stopped at either,
+        // nothing is written, as that transaction would roll back; and both
+        // backends meet the same points for the same webhook.
+        self.env.reached(AwaitPoint::BeforeWrite).await;
+        self.env.reached(AwaitPoint::InWrite).await;
         let row = sqlx::query(BODY_AND_EVENT_PG)
             .bind(&body_id)
             .bind(webhook.connector_account_id)

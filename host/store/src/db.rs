@@ -59,15 +59,37 @@ pub(crate) async fn open_pools(
     options: &StoreOptions,
 ) -> Result<(AnyPool, AnyPool), StoreError> {
     let total = options.max_connections.max(1);
-    if backend == Backend::Postgres || total == 1 {
+    if backend == Backend::Postgres {
         let pool = pool_options(backend, options, total).connect(url).await?;
         return Ok((pool.clone(), pool));
     }
     let writer = pool_options(backend, options, 1).connect(url).await?;
+    // Before any other connection opens: one opened earlier keeps reporting
+    // its old journal mode until its next read transaction.
+    enable_wal(&writer).await?;
+    if total == 1 {
+        return Ok((writer.clone(), writer));
+    }
     let readers = pool_options(backend, options, total - 1)
         .connect(url)
         .await?;
     Ok((readers, writer))
+}
+
+/// Switch a SQLite file to WAL. Persistent in the file; setting it needs a
+/// moment of exclusivity, which is why it is not part of every connection's
+/// set-up.
+async fn enable_wal(writer: &AnyPool) -> Result<(), StoreError> {
+    let mode: AnyRow = sqlx::query("PRAGMA journal_mode = WAL")
+        .fetch_one(writer)
+        .await?;
+    let mode: String = mode.try_get(0)?;
+    if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
+        return Err(StoreError::Config(format!(
+            "SQLite refused WAL mode (journal_mode = {mode})"
+        )));
+    }
+    Ok(())
 }
 
 fn pool_options(backend: Backend, options: &StoreOptions, max: u32) -> AnyPoolOptions {

@@ -79,8 +79,7 @@ pub use routing::StoredRouting;
 pub use secret_box::{LocalSecretBox, MasterKey, SecretBox, SecretBoxError};
 pub use secrets::{ResealReport, SecretRotation};
 
-use sqlx::any::AnyRow;
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,19 +208,6 @@ impl Store {
             Backend::Postgres => url.to_owned(),
         };
         let (pool, writer) = db::open_pools(&url, backend, &options).await?;
-        if backend == Backend::Sqlite {
-            // Persistent in the file; setting it once needs a moment of exclusivity,
-            // which is why it is not part of every connection's set-up.
-            let mode: AnyRow = sqlx::query("PRAGMA journal_mode = WAL")
-                .fetch_one(&writer)
-                .await?;
-            let mode: String = mode.try_get(0)?;
-            if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
-                return Err(StoreError::Config(format!(
-                    "SQLite refused WAL mode (journal_mode = {mode})"
-                )));
-            }
-        }
         Ok(Store {
             pool,
             writer,

@@ -627,25 +627,58 @@ fn attempt_with_order_sql(column: &str) -> String {
     )
 }
 
-/// The head of a payment's details: the order, its amounts, and whether it has
-/// any capture or refund row at all (most payments have neither, and then the
-/// two reads of them are skipped).
+/// The head of a payment's details, in one statement and so from one
+/// snapshot: the order, its amounts, its attempts, and whether it has any
+/// capture or refund row at all (most payments have neither, and then the two
+/// reads of them are skipped).
+struct DetailsHead {
+    order: PaymentOrder,
+    amounts: PaymentAmounts,
+    attempts: Vec<PaymentAttempt>,
+    has_captures: bool,
+    has_refunds: bool,
+}
+
 async fn details_head(
     conn: &mut AnyConnection,
     payment_id: &str,
-) -> Result<(PaymentOrder, PaymentAmounts, bool, bool), StoreError> {
+) -> Result<DetailsHead, StoreError> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        order_and_amounts_sql(
-            ", CASE WHEN EXISTS (SELECT 1 FROM captures c WHERE c.payment_id = o.id) \
-             THEN 1 ELSE 0 END AS has_captures, \
-             CASE WHEN EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = o.id) \
-             THEN 1 ELSE 0 END AS has_refunds",
+        let attempt: Vec<String> = ATTEMPT_COLS
+            .split(',')
+            .map(|c| format!("t.{0} AS {ATTEMPT_PREFIX}{0}", c.trim()))
+            .collect();
+        order_head_sql(
+            &format!(
+                ", CASE WHEN EXISTS (SELECT 1 FROM captures c WHERE c.payment_id = o.id) \
+                 THEN 1 ELSE 0 END AS has_captures, \
+                 CASE WHEN EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = o.id) \
+                 THEN 1 ELSE 0 END AS has_refunds, {}",
+                attempt.join(", ")
+            ),
+            "FROM payment_orders o JOIN payment_amounts a ON a.payment_id = o.id \
+             LEFT JOIN payment_attempts t ON t.payment_id = o.id \
+             WHERE o.id = $1 ORDER BY t.attempt_no",
         )
     });
-    let (order, amounts, row) = order_and_amounts_row(conn, &SQL, payment_id).await?;
-    let has_captures = int(&row, "has_captures")? != 0;
-    let has_refunds = int(&row, "has_refunds")? != 0;
-    Ok((order, amounts, has_captures, has_refunds))
+    let rows = sqlx::query(&SQL).bind(payment_id).fetch_all(conn).await?;
+    // One row per attempt, or one without an attempt.
+    let first = rows
+        .first()
+        .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
+    let mut attempts = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if opt_text(row, &format!("{ATTEMPT_PREFIX}id"))?.is_some() {
+            attempts.push(attempt_from_prefixed(row, ATTEMPT_PREFIX)?);
+        }
+    }
+    Ok(DetailsHead {
+        order: order_from(first)?,
+        amounts: amounts_named(first, "amounts_currency", "amounts_amount_minor")?,
+        attempts,
+        has_captures: int(first, "has_captures")? != 0,
+        has_refunds: int(first, "has_refunds")? != 0,
+    })
 }
 
 pub(crate) async fn amounts_in(
@@ -1122,7 +1155,7 @@ impl Store {
                 let mut conn = self.pool.acquire().await?;
                 details_on(&mut conn, merchant_id, payment_id).await
             }
-            // SQLite's read transaction holds one snapshot for all five reads.
+            // SQLite's read transaction holds one snapshot for all three reads.
             crate::Backend::Sqlite => {
                 let mut tx = self.pool.begin().await?;
                 let details = details_on(&mut tx, merchant_id, payment_id).await?;
@@ -1422,21 +1455,16 @@ async fn details_on(
     merchant_id: Option<&str>,
     payment_id: &str,
 ) -> Result<PaymentDetails, StoreError> {
-    let (order, amounts, has_captures, has_refunds) = details_head(conn, payment_id).await?;
+    let DetailsHead {
+        order,
+        amounts,
+        attempts,
+        has_captures,
+        has_refunds,
+    } = details_head(conn, payment_id).await?;
     if merchant_id.is_some_and(|m| m != order.merchant_id) {
         return Err(StoreError::not_found("payment", payment_id));
     }
-    let attempts = fetch_all(
-        conn,
-        ATTEMPT_COLS,
-        "payment_attempts",
-        "attempt_no",
-        payment_id,
-    )
-    .await?
-    .iter()
-    .map(attempt_from)
-    .collect::<Result<_, _>>()?;
     let mut captures = Vec::new();
     if has_captures {
         captures = fetch_all(conn, CAPTURE_COLS, "captures", "created_at, id", payment_id)
