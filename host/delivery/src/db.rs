@@ -8,15 +8,18 @@ use sqlx::{Any, Row, Transaction};
 
 pub(crate) type Tx = Transaction<'static, Any>;
 
-/// Begin a transaction that will write. On SQLite it takes the write lock up
-/// front, as the store does: a deferred transaction that reads and then writes
-/// fails with SQLITE_BUSY instead of waiting when another writer got in first.
+/// Begin a transaction that will write: the store's own (on SQLite it takes
+/// the write lock up front; a deferred transaction that reads and then writes
+/// fails with SQLITE_BUSY instead of waiting when another writer got in
+/// first), so its start and its [`commit_write`] are the store's await points
+/// (the simulator kills the gateway there).
 pub(crate) async fn begin_write(store: &Store) -> Result<Tx, DeliveryError> {
-    let tx = match store.backend() {
-        Backend::Sqlite => store.writer().begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => store.writer().begin().await?,
-    };
-    Ok(tx)
+    Ok(store.begin_write().await?)
+}
+
+/// Commit a transaction of [`begin_write`].
+pub(crate) async fn commit_write(store: &Store, tx: Tx) -> Result<(), DeliveryError> {
+    Ok(store.commit_write(tx).await?)
 }
 
 /// The row-locking hint for claims: PostgreSQL skips rows another instance is

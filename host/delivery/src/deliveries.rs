@@ -1,7 +1,7 @@
 //! One delivery row per (event, sink, target): its own status, attempts,
 //! schedule, lease and last outcome. Claims, outcomes, dead letters, replay.
 
-use crate::db::{begin_write, int, opt_int, opt_text, skip_locked, text};
+use crate::db::{begin_write, commit_write, int, opt_int, opt_text, skip_locked, text};
 use crate::DeliveryError;
 use serde::{Deserialize, Serialize};
 use sluice_store::Store;
@@ -167,7 +167,7 @@ pub(crate) async fn claim(
     req: &ClaimRequest<'_>,
 ) -> Result<Vec<Claimed>, DeliveryError> {
     let now = store.now_ms();
-    let token = uuid::Uuid::new_v4().simple().to_string();
+    let token = store.env().uuid_v4().simple().to_string();
     let lock = skip_locked(store);
     let due = |p: &str| {
         format!(
@@ -301,6 +301,7 @@ pub(crate) struct NewDelivery<'a> {
 
 pub(crate) async fn insert(
     conn: &mut sqlx::AnyConnection,
+    env: &sluice_store::Env,
     new: &NewDelivery<'_>,
     now: i64,
 ) -> Result<bool, DeliveryError> {
@@ -312,7 +313,7 @@ pub(crate) async fn insert(
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, $11, $11) \
          ON CONFLICT (event_id, sink, target) DO NOTHING",
     )
-    .bind(format!("dlv_{}", uuid::Uuid::now_v7().simple()))
+    .bind(format!("dlv_{}", env.uuid_v7().simple()))
     .bind(new.event_id)
     .bind(new.event_seq)
     .bind(new.event_created_at)
@@ -414,7 +415,7 @@ pub async fn replay_dead_letter(
     .fetch_one(&mut *tx)
     .await?;
     let replayed = delivery_from(&row)?;
-    tx.commit().await?;
+    commit_write(store, tx).await?;
     tracing::info!(
         delivery_id,
         event_id = %replayed.event_id,

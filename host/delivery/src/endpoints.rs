@@ -1,7 +1,7 @@
 //! Merchant webhook endpoints: where a merchant wants its events, which event
 //! types, and the per-endpoint secret that signs them.
 
-use crate::db::{begin_write, int, text};
+use crate::db::{begin_write, commit_write, int, text};
 use crate::DeliveryError;
 use serde::{Deserialize, Serialize};
 use sluice_store::Store;
@@ -280,7 +280,7 @@ pub async fn create_endpoint(
     }
     let now = store.now_ms();
     let endpoint = WebhookEndpoint {
-        id: format!("we_{}", uuid::Uuid::now_v7().simple()),
+        id: format!("we_{}", store.env().uuid_v7().simple()),
         merchant_id: merchant_id.to_owned(),
         url: new.url.clone(),
         description: new.description.clone(),
@@ -309,7 +309,7 @@ pub async fn create_endpoint(
     .bind(now)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
+    commit_write(store, tx).await?;
     tracing::info!(endpoint_id = %endpoint.id, merchant_id, "webhook endpoint created");
     Ok(CreatedEndpoint { endpoint, secret })
 }

@@ -23,7 +23,7 @@
 //! not been fanned out. Past that, order yields to progress: every event
 //! carries `payment_version` so consumers can drop what they already know.
 
-use crate::db::{begin_write, opt_int};
+use crate::db::{begin_write, commit_write, opt_int};
 use crate::deliveries::{
     self, ClaimRequest, Claimed, EventEnvelope, FailureOutcome, NewDelivery, Sink,
 };
@@ -406,7 +406,7 @@ impl Publisher {
                 sink,
                 target,
             };
-            if deliveries::insert(&mut tx, &new, now).await? {
+            if deliveries::insert(&mut tx, store.env(), &new, now).await? {
                 created += 1;
             }
         }
@@ -420,7 +420,7 @@ impl Publisher {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
+        commit_write(store, tx).await?;
         if marked.rows_affected() == 1 {
             self.inner.metrics.fanned_out.inc();
         }

@@ -236,7 +236,7 @@ impl Scanner {
                 "batch_size and per_adapter_concurrency must be at least 1".into(),
             ));
         }
-        let holder = format!("scanner-{}", uuid::Uuid::new_v4().simple());
+        let holder = format!("scanner-{}", orch.store().env().uuid_v4().simple());
         let lease_ms = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
         let leases = Leases::new(orch.store().clone(), holder, lease_ms);
         Ok(Scanner {

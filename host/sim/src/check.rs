@@ -176,16 +176,20 @@ impl World {
                 a.state.is_terminal(),
             );
         }
-        for (i, c) in d.captures.iter().enumerate() {
+        // By id, not by position: two captures created in the same millisecond
+        // by two gateway processes list in either order.
+        for c in &d.captures {
             seen(
-                format!("{name} capture {i}"),
+                format!("{name} capture {}", c.id),
                 c.state.as_str(),
                 c.state.is_terminal(),
             );
         }
-        for (i, r) in d.refunds.iter().enumerate() {
+        // By id, not by position: two refunds created in the same millisecond
+        // by two gateway processes list in either order.
+        for r in &d.refunds {
             seen(
-                format!("{name} refund {i}"),
+                format!("{name} refund {}", r.id),
                 r.state.as_str(),
                 r.state.is_terminal(),
             );

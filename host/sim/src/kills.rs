@@ -2,8 +2,9 @@
 //! killed at a random await point").
 //!
 //! The store tells its [`AwaitPoints`] when a write transaction is about to
-//! begin and when it has begun (on SQLite the connection then holds the
-//! database's write lock). [`StoreKills`], one per gateway incarnation, draws
+//! begin, when it has begun (on SQLite the connection then holds the
+//! database's write lock) and when it has committed (the write is durable;
+//! whoever asked for it may never hear of it). [`StoreKills`], one per gateway incarnation, draws
 //! from the world's one generator whether the process dies there. A death
 //! throws the incarnation's kill switch and unwinds the task that reached the
 //! point with a [`Killed`] payload: a dead process runs nothing more, and
@@ -34,7 +35,7 @@ use crate::rng::SimRng;
 use crate::trace::Trace;
 
 /// Kills per thousand store await points reached while a guarded operation
-/// runs with crashes on (each write transaction has two).
+/// runs with crashes on (each write transaction has three).
 pub const KILL_PER_MILLE: u64 = 8;
 
 /// The unwind payload of a killed incarnation's task.
@@ -297,6 +298,13 @@ mod tests {
             1,
             "a dead process's later writes are not new kills"
         );
+        let _armed_again = armed.arm();
+        let next = self::kills(&armed);
+        assert!(
+            (0..10_000).any(|_| dies_at(&next, AwaitPoint::AfterCommit)),
+            "a process dies after a commit too"
+        );
+        assert_eq!(armed.kills(), 2);
     }
 
     #[tokio::test]

@@ -165,7 +165,10 @@ impl World {
                             fulfillment: fulfillment.clone(),
                         });
                     }
-                    state.clone()
+                    // The id is in the trace (and its hash): the replay and
+                    // the SQLite comparison then check that ids come from
+                    // the seed, not from the wall clock or the OS.
+                    format!("{payment_id} {state}")
                 }
                 Some(Err(error)) => error_label(error),
             };

@@ -3,7 +3,11 @@
 //!
 //! In a seed with two instances (`World::other`), a race step runs two
 //! operations on one payment at once, one on each instance: captures,
-//! refunds, a void, a recovery of one of the payment's due rows. They take
+//! refunds, a void, a recovery of one of the payment's due rows, a pass of
+//! the inbox processor (the PSP's webhooks, maybe about this payment,
+//! applied while the other instance reserves or records on it), a pass of
+//! the outbox publisher (fan-out and the merchants' webhooks while the other
+//! instance writes new events). They take
 //! turns ([`crate::kills::Armed::start_race`]): only one runs at a time, and
 //! it hands the turn over before a write transaction when the seed says so,
 //! so the other instance's writes land between this one's reads and its
@@ -17,13 +21,15 @@ use std::future::Future;
 use std::pin::Pin;
 
 use sluice_core::OrderState;
+use sluice_delivery::Publisher;
 use sluice_orchestrator::Orchestrator;
 use sluice_scanner::Scanner;
 use sluice_store::PendingKind;
 
 use crate::kills::{Armed, CatchKilled};
+use crate::merchants::report_line;
 use crate::net::Crash;
-use crate::ops::{eur, outcome_label, scanner_error_label};
+use crate::ops::{error_label, eur, outcome_label, scanner_error_label};
 use crate::world::{KeyedOp, SimPayment, World};
 use crate::SimError;
 
@@ -33,6 +39,8 @@ enum RaceOp {
     Keyed(KeyedOp, String, i64),
     Void,
     Recover(PendingKind, String),
+    Inbox,
+    Publish,
 }
 
 impl RaceOp {
@@ -41,6 +49,8 @@ impl RaceOp {
             RaceOp::Keyed(op, key, amount) => format!("{op:?} {key} {amount}"),
             RaceOp::Void => "void".to_owned(),
             RaceOp::Recover(kind, _) => format!("recover {kind:?}"),
+            RaceOp::Inbox => "inbox".to_owned(),
+            RaceOp::Publish => "publish".to_owned(),
         }
     }
 }
@@ -51,6 +61,7 @@ struct Side {
     crash: Crash,
     orch: Orchestrator,
     scanner: Scanner,
+    publisher: Publisher,
 }
 
 type Outcome = Pin<Box<dyn Future<Output = String>>>;
@@ -125,12 +136,20 @@ impl World {
         payment: &SimPayment,
         state: OrderState,
     ) -> Result<RaceOp, SimError> {
-        // What the payment's state allows, mostly; now and then anything.
-        let draw = self.rng.below(10);
+        // What the payment's state allows, mostly; now and then anything,
+        // or one of the background workers.
+        let draw = self.rng.below(12);
         let op = match (state, draw) {
             (_, 0) => KeyedOp::Refund,
             (_, 1) => KeyedOp::Capture,
             (_, 2) => return Ok(RaceOp::Void),
+            (_, 10) => {
+                // What the PSP sent arrives first, so the processor has
+                // events (maybe about this payment) to apply in the race.
+                self.deliver_webhooks(false).await?;
+                return Ok(RaceOp::Inbox);
+            }
+            (_, 11) => return Ok(RaceOp::Publish),
             (OrderState::Authorized, 3..=6) => KeyedOp::Capture,
             (OrderState::Authorized, 7) => return Ok(RaceOp::Void),
             (OrderState::Succeeded, 3..=7) => KeyedOp::Refund,
@@ -188,6 +207,7 @@ fn side(gw: &crate::world::Incarnation) -> Side {
         crash: gw.crash.clone(),
         orch: gw.orch.clone(),
         scanner: gw.scanner.clone(),
+        publisher: gw.publisher.clone(),
     }
 }
 
@@ -206,7 +226,11 @@ async fn racer(armed: &Armed, serial: u64, crash: Crash, op: Outcome) -> Option<
 
 /// The operation as a future of its outcome's label, on `side`'s instance.
 fn run(side: &Side, merchant: &str, payment_id: &str, op: RaceOp) -> Outcome {
-    let (orch, scanner) = (side.orch.clone(), side.scanner.clone());
+    let (orch, scanner, publisher) = (
+        side.orch.clone(),
+        side.scanner.clone(),
+        side.publisher.clone(),
+    );
     let (merchant, payment_id) = (merchant.to_owned(), payment_id.to_owned());
     Box::pin(async move {
         match op {
@@ -240,6 +264,20 @@ fn run(side: &Side, merchant: &str, payment_id: &str, op: RaceOp) -> Outcome {
             RaceOp::Recover(kind, id) => match scanner.recover_one(kind, &id).await {
                 Ok(outcome) => format!("{outcome:?}"),
                 Err(error) => format!("error {}", scanner_error_label(&error)),
+            },
+            RaceOp::Inbox => match orch.process_inbox_once().await {
+                Ok(round) => format!(
+                    "claimed {} applied {} retried {} quarantined {}",
+                    round.claimed, round.applied, round.retried, round.quarantined
+                ),
+                Err(error) => error_label(&error),
+            },
+            // A kill after a merchant's 2xx throws the instance's kill
+            // switch: the racer sees it and the instance restarts after the
+            // race. Other errors name store-minted ids: kept out of the trace.
+            RaceOp::Publish => match publisher.publish_once().await {
+                Ok(report) => report_line(&report),
+                Err(_) => "error".to_owned(),
             },
         }
     })

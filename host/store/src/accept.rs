@@ -69,9 +69,9 @@ impl Store {
         webhook: &AcceptedWebhook<'_>,
         event: &NewInboxEvent,
     ) -> Result<Option<(String, Vec<InboxInsert>)>, StoreError> {
-        let body_id = ids::webhook_body();
+        let body_id = ids::webhook_body(&self.env);
         let sealed = self.seal_secret(&body_context(&body_id), webhook.body)?;
-        let inbox_id = ids::inbox();
+        let inbox_id = ids::inbox(&self.env);
         // The await points of the transaction this statement stands for (the
         // simulator kills and hands over turns there): stopped at either,
         // nothing is written, as that transaction would roll back; and both
@@ -93,6 +93,7 @@ impl Store {
         let Some(kept) = row.try_get::<Option<String>, _>("body_id")? else {
             return Ok(None);
         };
+        self.env.reached(AwaitPoint::AfterCommit).await;
         let outcome = match row.try_get::<Option<String>, _>("inbox_id")? {
             Some(id) => InboxInsert::Inserted { id },
             None => {
@@ -127,7 +128,7 @@ impl Store {
             };
             outcomes.push(self.inbox_insert_in(&mut tx, &event).await?);
         }
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         Ok((body_id, outcomes))
     }
 }

@@ -48,7 +48,7 @@ impl Store {
             return Err(StoreError::not_found("connector account", account_id));
         }
         insert_event(&mut tx, account_id, "paused", reason, actor, now).await?;
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         self.account_cache.invalidate();
         self.get_connector_account(account_id, None).await
     }
@@ -81,7 +81,7 @@ impl Store {
             )
             .await?;
         }
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         self.account_cache.invalidate();
         self.get_connector_account(account_id, None).await
     }
@@ -95,7 +95,7 @@ impl Store {
         let now = self.now_ms();
         let mut tx = self.begin_write().await?;
         insert_event(&mut tx, account_id, "breaker", detail, "breaker", now).await?;
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         Ok(())
     }
 

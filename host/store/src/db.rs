@@ -1,7 +1,7 @@
 //! Plumbing shared by every module: connection set-up, write transactions and
 //! row decoding.
 
-use crate::env::AwaitPoint;
+use crate::env::{AwaitPoint, Env};
 use crate::{Backend, Store, StoreError, StoreOptions};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
@@ -149,8 +149,10 @@ impl Store {
     ///
     /// Both sides of the `BEGIN` are await points ([`crate::env::AwaitPoints`]):
     /// the simulator kills the gateway there, before the transaction or
-    /// holding it.
-    pub(crate) async fn begin_write(&self) -> Result<Tx, StoreError> {
+    /// holding it. Public for the crates that own tables of their own in the
+    /// same database (the delivery crate), so their writes meet the same
+    /// points; they end it with [`Store::commit_write`].
+    pub async fn begin_write(&self) -> Result<Tx, StoreError> {
         self.env.reached(AwaitPoint::BeforeWrite).await;
         let tx = match self.backend {
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
@@ -159,6 +161,20 @@ impl Store {
         self.env.reached(AwaitPoint::InWrite).await;
         Ok(tx)
     }
+
+    /// Commit a write transaction. Its end is an await point too
+    /// ([`AwaitPoint::AfterCommit`]): a process can die with its write
+    /// durable and its caller never told.
+    pub async fn commit_write(&self, tx: Tx) -> Result<(), StoreError> {
+        commit_write(&self.env, tx).await
+    }
+}
+
+/// [`Store::commit_write`] for the helpers that hold only the environment.
+pub(crate) async fn commit_write(env: &Env, tx: Tx) -> Result<(), StoreError> {
+    tx.commit().await?;
+    env.reached(AwaitPoint::AfterCommit).await;
+    Ok(())
 }
 
 pub(crate) fn text(row: &AnyRow, col: &str) -> Result<String, StoreError> {

@@ -307,7 +307,7 @@ async fn finish_try(
 ) -> Result<Option<Applied>, StoreError> {
     match step {
         Step::Done(mut applied) => {
-            tx.commit().await?;
+            crate::db::commit_write(env, tx).await?;
             applied.tries = tries;
             log_applied(&applied);
             Ok(Some(applied))
@@ -704,7 +704,7 @@ impl Store {
                     payment_version,
                     payload,
                 },
-                now,
+                self.at(now),
             )
             .await?;
             outbox_event_ids.push(id);
@@ -719,7 +719,7 @@ impl Store {
                 input,
                 plan.provenance,
                 &self.fulfillment_policy,
-                now,
+                self.at(now),
             )
             .await?;
             if let Step::Retry = followed {
@@ -806,7 +806,7 @@ impl Store {
                     payment_version,
                     payload,
                 },
-                now,
+                self.at(now),
             )
             .await?;
             outbox_event_ids.push(id);

@@ -24,6 +24,7 @@
 use crate::db::{int, opt_int, opt_text, Tx};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, NewHistory, Provenance};
+use crate::ids::At;
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{amounts_in, order_in, PaymentOrder, Refund};
 use crate::reserve::reserve_compensation_in;
@@ -250,9 +251,10 @@ pub(crate) async fn fulfillment_in(
     input: &FulfillmentInput,
     provenance: &Provenance,
     policy: &FulfillmentPolicy,
-    now: i64,
+    at: At<'_>,
     bump_payment: bool,
 ) -> Result<Step<FulfillmentApplied>, StoreError> {
+    let now = at.now;
     let order = order_in(tx, payment_id).await?;
     let Some((snapshot, record)) = snapshot_in(tx, &order, input).await? else {
         return Err(StoreError::InvalidState {
@@ -355,7 +357,7 @@ pub(crate) async fn fulfillment_in(
                 refund_reference,
                 reason.as_str(),
                 provenance,
-                now,
+                at,
             )
             .await?;
             compensation_refund = Some(reservation.record);
@@ -430,7 +432,7 @@ pub(crate) async fn fulfillment_in(
                 payment_version,
                 payload,
             },
-            now,
+            at,
         )
         .await?;
         outbox_event_ids.push(id);
@@ -462,9 +464,9 @@ pub(crate) async fn follow_payment_in(
     input: FulfillmentInput,
     provenance: &Provenance,
     policy: &FulfillmentPolicy,
-    now: i64,
+    at: At<'_>,
 ) -> Result<Step<Option<FulfillmentApplied>>, StoreError> {
-    match fulfillment_in(tx, payment_id, &input, provenance, policy, now, false).await? {
+    match fulfillment_in(tx, payment_id, &input, provenance, policy, at, false).await? {
         Step::Done(applied) => {
             log_fulfillment(&applied);
             Ok(Step::Done(Some(applied)))
@@ -506,20 +508,20 @@ impl Store {
     ) -> Result<FulfillmentApplied, StoreError> {
         for tries in 1..=MAX_CAS_TRIES {
             let mut tx = self.begin_write().await?;
-            let now = self.now_ms();
+            let at = self.at(self.now_ms());
             match fulfillment_in(
                 &mut tx,
                 payment_id,
                 input,
                 provenance,
                 &self.fulfillment_policy,
-                now,
+                at,
                 true,
             )
             .await?
             {
                 Step::Done(mut applied) => {
-                    tx.commit().await?;
+                    self.commit_write(tx).await?;
                     applied.tries = tries;
                     log_fulfillment(&applied);
                     return Ok(applied);
@@ -545,6 +547,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let order = order_in(&mut tx, payment_id).await?;
         let snapshot = snapshot_in(&mut tx, &order, &FulfillmentInput::CheckDue).await?;
+        // A read: no await point (it wrote nothing a kill could cut off).
         tx.commit().await?;
         Ok(snapshot.map(|(s, _)| s))
     }
@@ -599,10 +602,10 @@ impl Store {
                 .as_str()
                 .into()
         });
-        let now = self.now_ms();
+        let at = self.at(self.now_ms());
         let reservation =
-            reserve_compensation_in(&mut tx, &order, &reference, &reason, provenance, now).await?;
-        tx.commit().await?;
+            reserve_compensation_in(&mut tx, &order, &reference, &reason, provenance, at).await?;
+        self.commit_write(tx).await?;
         Ok(reservation.record)
     }
 

@@ -2,45 +2,55 @@
 //! same transaction that creates its row, and never re-minted: retries and
 //! queries reuse the stored value (seed 000 §1, seed 001 §4).
 
-use uuid::Uuid;
+use crate::env::Env;
 
-/// A time-ordered id with a readable prefix, e.g. `pay_0190...`.
-pub(crate) fn mint(prefix: &str) -> String {
-    format!("{prefix}_{}", Uuid::now_v7().simple())
+/// The instant a write decides at and the environment its new ids come from,
+/// handed together to the helpers that write rows inside a transaction, so
+/// an id is never minted from anything but the store's environment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub now: i64,
+    pub env: &'a Env,
 }
 
-pub(crate) fn merchant() -> String {
-    mint("mer")
+/// A time-ordered id with a readable prefix, e.g. `pay_0190...`, from the
+/// environment's clock and id generator (seeded in the simulator).
+pub(crate) fn mint(env: &Env, prefix: &str) -> String {
+    format!("{prefix}_{}", env.uuid_v7().simple())
 }
-pub(crate) fn api_key() -> String {
-    mint("key")
+
+pub(crate) fn merchant(env: &Env) -> String {
+    mint(env, "mer")
 }
-pub(crate) fn connector_account() -> String {
-    mint("ca")
+pub(crate) fn api_key(env: &Env) -> String {
+    mint(env, "key")
 }
-pub(crate) fn payment() -> String {
-    mint("pay")
+pub(crate) fn connector_account(env: &Env) -> String {
+    mint(env, "ca")
 }
-pub(crate) fn attempt() -> String {
-    mint("att")
+pub(crate) fn payment(env: &Env) -> String {
+    mint(env, "pay")
 }
-pub(crate) fn capture() -> String {
-    mint("cap")
+pub(crate) fn attempt(env: &Env) -> String {
+    mint(env, "att")
 }
-pub(crate) fn refund() -> String {
-    mint("rfd")
+pub(crate) fn capture(env: &Env) -> String {
+    mint(env, "cap")
 }
-pub(crate) fn inbox() -> String {
-    mint("inb")
+pub(crate) fn refund(env: &Env) -> String {
+    mint(env, "rfd")
 }
-pub(crate) fn webhook_body() -> String {
-    mint("whb")
+pub(crate) fn inbox(env: &Env) -> String {
+    mint(env, "inb")
 }
-pub(crate) fn scope_refusal() -> String {
-    mint("scr")
+pub(crate) fn webhook_body(env: &Env) -> String {
+    mint(env, "whb")
 }
-pub(crate) fn outbox_event() -> String {
-    mint("evt")
+pub(crate) fn scope_refusal(env: &Env) -> String {
+    mint(env, "scr")
+}
+pub(crate) fn outbox_event(env: &Env) -> String {
+    mint(env, "evt")
 }
 
 /// The attempt reference sent to the PSP as idempotency key and merchant
@@ -54,11 +64,11 @@ pub(crate) fn attempt_reference(payment_id: &str, attempt_no: i64) -> String {
 /// for a request without an `Idempotency-Key` (an operator's manual refund, an
 /// internal caller): minted once when the reservation commits, in the same
 /// transaction, and reused by every retry and query.
-pub(crate) fn capture_reference() -> String {
-    mint("capref")
+pub(crate) fn capture_reference(env: &Env) -> String {
+    mint(env, "capref")
 }
-pub(crate) fn refund_reference() -> String {
-    mint("rfdref")
+pub(crate) fn refund_reference(env: &Env) -> String {
+    mint(env, "rfdref")
 }
 
 /// The refund reference of the merchant's request `key` on `payment_id`:

@@ -143,7 +143,7 @@ impl Store {
         payload_digest: &str,
         body: &[u8],
     ) -> Result<String, StoreError> {
-        let id = ids::webhook_body();
+        let id = ids::webhook_body(&self.env);
         let sealed = self.seal_secret(&body_context(&id), body)?;
         let inserted = sqlx::query(
             "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, \
@@ -203,7 +203,7 @@ impl Store {
         new: &NewInboxEvent,
     ) -> Result<InboxInsert, StoreError> {
         let now = self.now_ms();
-        let id = ids::inbox();
+        let id = ids::inbox(&self.env);
         let inserted = sqlx::query(
             "INSERT INTO webhook_inbox (id, adapter, connector_account_id, provider_event_id, \
                 payload_digest, verification, event_json, status, attempts, next_attempt_at, received_at, \
@@ -238,7 +238,7 @@ impl Store {
         detail: &str,
     ) -> Result<String, StoreError> {
         let now = self.now_ms();
-        let id = ids::inbox();
+        let id = ids::inbox(&self.env);
         sqlx::query(
             "INSERT INTO webhook_inbox (id, adapter, connector_account_id, payload_digest, \
                 verification, verification_detail, status, quarantine_reason, attempts, \

@@ -259,6 +259,15 @@ impl Store {
         self.env.clock.now_ms()
     }
 
+    /// `now` with this store's environment, for the row-writing helpers that
+    /// mint ids inside a transaction.
+    pub(crate) fn at(&self, now: i64) -> ids::At<'_> {
+        ids::At {
+            now,
+            env: &self.env,
+        }
+    }
+
     /// The clock and entropy this store was opened with; every component
     /// built on the store draws from it.
     pub fn env(&self) -> &Env {

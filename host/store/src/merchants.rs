@@ -190,7 +190,7 @@ impl Store {
     pub async fn create_merchant(&self, name: &str) -> Result<Merchant, StoreError> {
         let now = self.now_ms();
         let merchant = Merchant {
-            id: ids::merchant(),
+            id: ids::merchant(&self.env),
             name: name.to_owned(),
             status: "active".into(),
             created_at: now,
@@ -268,7 +268,7 @@ impl Store {
         rand::rng().fill_bytes(&mut secret);
         let plaintext = format!("sk_sluice_{}", hex::encode(secret));
         let record = ApiKeyRecord {
-            id: ids::api_key(),
+            id: ids::api_key(&self.env),
             merchant_id: merchant_id.to_owned(),
             key_prefix: plaintext[..16].to_owned(),
             label: label.to_owned(),
@@ -355,7 +355,7 @@ impl Store {
     ) -> Result<ConnectorAccount, StoreError> {
         let now = self.now_ms();
         let account = ConnectorAccount {
-            id: ids::connector_account(),
+            id: ids::connector_account(&self.env),
             merchant_id: new.merchant_id.clone(),
             adapter: new.adapter.clone(),
             label: new.label.clone(),

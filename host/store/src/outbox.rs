@@ -4,7 +4,8 @@
 //! on them.
 
 use crate::db::{int, opt_int, opt_text, text, Tx};
-use crate::{ids, Backend, Store, StoreError};
+use crate::ids::{self, At};
+use crate::{Backend, Store, StoreError};
 use sqlx::any::AnyRow;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,9 +73,10 @@ fn message_from(row: &AnyRow) -> Result<OutboxMessage, StoreError> {
 pub(crate) async fn insert(
     tx: &mut Tx,
     event: &NewOutboxEvent<'_>,
-    now: i64,
+    at: At<'_>,
 ) -> Result<String, StoreError> {
-    let event_id = ids::outbox_event();
+    let now = at.now;
+    let event_id = ids::outbox_event(at.env);
     sqlx::query(
         "INSERT INTO outbox (event_id, event_type, partition_key, merchant_id, aggregate_type, \
             aggregate_id, payment_version, payload, status, attempts, next_attempt_at, created_at) \

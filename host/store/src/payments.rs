@@ -853,7 +853,7 @@ impl Store {
     /// splits by payment id) before [`Store::create_payment_with_attempt`]
     /// inserts it. Used once: the insert persists it or it is dropped.
     pub fn mint_payment_id(&self) -> String {
-        ids::payment()
+        ids::payment(&self.env)
     }
 
     /// Create a payment order (state CREATED) and its amount row.
@@ -862,11 +862,11 @@ impl Store {
         new: &NewPayment,
         provenance: &Provenance,
     ) -> Result<PaymentOrder, StoreError> {
-        let order = new_order(ids::payment(), new, self.now_ms())?;
+        let order = new_order(ids::payment(&self.env), new, self.now_ms())?;
         let mut tx = self.begin_write().await?;
         insert_new_order(&mut tx, &order).await?;
         history::append(&mut tx, &created_row(&order, provenance), order.created_at).await?;
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         Ok(order)
     }
 
@@ -907,7 +907,7 @@ impl Store {
                 "payment {payment_id}: its first attempt could not start with it"
             )));
         };
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         tracing::info!(payment_id, attempt_id = %first.id, adapter = %first.adapter,
             "payment created with its first attempt");
         let order = PaymentOrder {
@@ -940,7 +940,7 @@ impl Store {
                 .await?
             {
                 Step::Done(Ok(attempt)) => {
-                    tx.commit().await?;
+                    self.commit_write(tx).await?;
                     tracing::info!(
                         payment_id = %attempt.payment_id,
                         attempt_id = %attempt.id,
@@ -951,7 +951,7 @@ impl Store {
                 }
                 Step::Done(Err(refusal)) => {
                     // The refusal's history row is evidence: keep it.
-                    tx.commit().await?;
+                    self.commit_write(tx).await?;
                     return Err(refusal);
                 }
                 Step::Retry => {
@@ -1035,7 +1035,7 @@ impl Store {
             return Ok(Step::Retry);
         }
         let attempt_no = latest.as_ref().map_or(1, |a| a.attempt_no + 1);
-        let attempt = new_attempt(order, account, new, attempt_no, now);
+        let attempt = new_attempt(order, account, new, attempt_no, self.at(now));
         if let Err(e) = insert_attempt(tx, &attempt).await {
             if e.is_unique_violation() {
                 // The partial unique index is the last net behind decide_order.
@@ -1159,6 +1159,7 @@ impl Store {
             crate::Backend::Sqlite => {
                 let mut tx = self.pool.begin().await?;
                 let details = details_on(&mut tx, merchant_id, payment_id).await?;
+                // A read: no await point (it wrote nothing a kill could cut off).
                 tx.commit().await?;
                 Ok(details)
             }
@@ -1534,10 +1535,11 @@ fn new_attempt(
     account: &ConnectorCredentials,
     new: &NewAttempt,
     attempt_no: i64,
-    now: i64,
+    at: crate::ids::At<'_>,
 ) -> PaymentAttempt {
+    let now = at.now;
     PaymentAttempt {
-        id: ids::attempt(),
+        id: ids::attempt(at.env),
         payment_id: order.id.clone(),
         attempt_no,
         reference: ids::attempt_reference(&order.id, attempt_no),

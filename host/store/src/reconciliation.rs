@@ -217,7 +217,7 @@ impl Store {
         if let Some(run) = self.reconciliation_run_for(&key_of(new)).await? {
             return Ok((run, false));
         }
-        let id = ids::mint("rec");
+        let id = ids::mint(&self.env, "rec");
         let now = self.now_ms();
         let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
@@ -250,9 +250,9 @@ impl Store {
             });
         }
         for (seq, diff) in new.differences.iter().enumerate() {
-            insert_difference(&mut tx, &id, seq as i64, diff, now).await?;
+            insert_difference(&mut tx, &id, seq as i64, diff, self.at(now)).await?;
         }
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         let run = self.reconciliation_run(&id).await?;
         run.map(|r| (r, true))
             .ok_or_else(|| StoreError::not_found("reconciliation run", id))
@@ -462,8 +462,9 @@ async fn insert_difference(
     run_id: &str,
     seq: i64,
     diff: &NewDifference,
-    now: i64,
+    at: crate::ids::At<'_>,
 ) -> Result<(), StoreError> {
+    let now = at.now;
     sqlx::query(
         "INSERT INTO reconciliation_differences (seq, id, run_id, class, attempt_reference, \
          action_reference, psp_reference, payment_id, amount_minor, currency, ours_json, \
@@ -471,7 +472,7 @@ async fn insert_difference(
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'open', $14)",
     )
     .bind(seq)
-    .bind(ids::mint("rdf"))
+    .bind(ids::mint(at.env, "rdf"))
     .bind(run_id)
     .bind(&diff.class)
     .bind(diff.attempt_reference.as_deref())

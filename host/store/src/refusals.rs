@@ -58,7 +58,7 @@ impl Store {
         &self,
         refusal: &NewScopeRefusal<'_>,
     ) -> Result<String, StoreError> {
-        let id = ids::scope_refusal();
+        let id = ids::scope_refusal(&self.env);
         let event = serde_json::to_string(refusal.event)
             .map_err(|e| StoreError::InvalidRequest(format!("event not serialisable: {e}")))?;
         sqlx::query(

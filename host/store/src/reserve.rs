@@ -7,12 +7,13 @@
 
 use crate::db::Tx;
 use crate::history::{self, NewHistory, Provenance};
+use crate::ids::{self, At};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
     amounts_in, attempt_from, capture_from, order_and_amounts_in, refund_from, Capture,
     PaymentAmounts, PaymentAttempt, PaymentOrder, Refund, ATTEMPT_COLS, CAPTURE_COLS, REFUND_COLS,
 };
-use crate::{ids, Store, StoreError};
+use crate::{Store, StoreError};
 use sluice_core::{
     request_capture, request_refund, AmountError, AttemptState, CaptureState, Money, RefundState,
     RequestRefused,
@@ -73,7 +74,7 @@ impl Store {
     ) -> Result<Reservation<Refund>, StoreError> {
         let mut tx = self.begin_write().await?;
         let reservation = self.reserve_refund_in(&mut tx, request, provenance).await?;
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         tracing::info!(payment_id = %reservation.record.payment_id, refund_id = %reservation.record.id,
             amount = reservation.record.amount.amount_minor, replayed = reservation.replayed,
             "refund reserved");
@@ -93,7 +94,7 @@ impl Store {
             scoped_order(tx, &request.payment_id, request.merchant_id.as_deref()).await?;
         let reference = match &request.idempotency_key {
             Some(key) => ids::keyed_refund_reference(&order.id, key),
-            None => ids::refund_reference(),
+            None => ids::refund_reference(&self.env),
         };
         // Only a keyed request can be a replay: a minted reference is new.
         let existing = if request.idempotency_key.is_some() {
@@ -114,6 +115,7 @@ impl Store {
         let now = self.now_ms();
         // Lock order: the payment row first, as the door does, so a reservation
         // and a concurrent decision on the same payment cannot deadlock.
+        let at = self.at(now);
         let payment_version = bump_payment_version(tx, &order.id, now).await?;
         reserve_amount(tx, Reserve::Refund, &order.id, request.amount.amount_minor).await?;
         // In the recovery scan set from the start: if this process dies
@@ -126,7 +128,7 @@ impl Store {
             request.amount,
             request.reason.clone(),
             now.saturating_add(self.query_delay_ms),
-            now,
+            at,
         );
         insert_refund(tx, &refund).await.map_err(raced)?;
         let reason = format!(
@@ -149,7 +151,7 @@ impl Store {
                 payment_version,
                 provenance,
             },
-            now,
+            at,
         )
         .await?;
         Ok(Reservation {
@@ -174,7 +176,7 @@ impl Store {
             scoped_order(&mut tx, &request.payment_id, request.merchant_id.as_deref()).await?;
         let reference = match &request.idempotency_key {
             Some(key) => ids::keyed_capture_reference(&order.id, key),
-            None => ids::capture_reference(),
+            None => ids::capture_reference(&self.env),
         };
         let existing = if request.idempotency_key.is_some() {
             by_reference(&mut tx, CAPTURE_TABLE, &reference, capture_from).await?
@@ -184,7 +186,7 @@ impl Store {
         if let Some(existing) = existing {
             let same = existing.payment_id == order.id && existing.amount == request.amount;
             let creation = creation_of(&mut tx, "capture", &existing.id, same).await?;
-            tx.commit().await?;
+            self.commit_write(tx).await?;
             return Ok(Reservation::replay(existing, &order, creation));
         }
         let attempt = latest_live_attempt(&mut tx, &order).await?;
@@ -197,15 +199,10 @@ impl Store {
         let amount = request.amount.amount_minor;
         let now = self.now_ms();
         // Payment row first (see `reserve_refund`).
+        let at = self.at(now);
         let payment_version = bump_payment_version(&mut tx, &order.id, now).await?;
         reserve_amount(&mut tx, Reserve::Capture, &order.id, amount).await?;
-        let capture = created_capture(
-            &attempt,
-            reference,
-            request.amount,
-            now,
-            self.query_delay_ms,
-        );
+        let capture = created_capture(&attempt, reference, request.amount, at, self.query_delay_ms);
         insert_capture(&mut tx, &capture).await.map_err(raced)?;
         let reason = format!(
             "capture of {amount} reserved before any PSP call (capturable was {})",
@@ -226,10 +223,10 @@ impl Store {
                 payment_version,
                 provenance,
             },
-            now,
+            at,
         )
         .await?;
-        tx.commit().await?;
+        self.commit_write(tx).await?;
         tracing::info!(payment_id = %order.id, capture_id = %capture.id, amount, "capture reserved");
         Ok(Reservation {
             record: capture,
@@ -388,8 +385,9 @@ pub(crate) async fn reserve_compensation_in(
     refund_reference: &str,
     reason: &str,
     provenance: &Provenance,
-    now: i64,
+    at: At<'_>,
 ) -> Result<Reservation<Refund>, StoreError> {
+    let now = at.now;
     let amounts = amounts_in(tx, &order.id).await?;
     let amount = amounts.refundable_minor();
     let attempt = succeeded_attempt(tx, order).await?;
@@ -441,7 +439,7 @@ pub(crate) async fn reserve_compensation_in(
         money,
         Some(reason.to_owned()),
         now,
-        now,
+        at,
     );
     insert_refund(tx, &refund).await?;
     let why = format!("compensation refund of {amount} ({reason}) reserved before any PSP call");
@@ -460,7 +458,7 @@ pub(crate) async fn reserve_compensation_in(
             payment_version,
             provenance,
         },
-        now,
+        at,
     )
     .await?;
     tracing::info!(payment_id = %order.id, refund_id = %refund.id, amount, "compensation refund reserved");
@@ -589,8 +587,9 @@ struct Creation<'a> {
 async fn record_creation(
     tx: &mut Tx,
     c: Creation<'_>,
-    now: i64,
+    at: At<'_>,
 ) -> Result<(i64, String), StoreError> {
+    let now = at.now;
     let history_id = history::append(
         tx,
         &NewHistory {
@@ -640,7 +639,7 @@ async fn record_creation(
             payment_version: c.payment_version,
             payload,
         },
-        now,
+        at,
     )
     .await?;
     Ok((history_id, outbox_event_id))
@@ -655,10 +654,11 @@ fn created_refund(
     amount: Money,
     reason: Option<String>,
     due_at: i64,
-    now: i64,
+    at: At<'_>,
 ) -> Refund {
+    let now = at.now;
     Refund {
-        id: ids::refund(),
+        id: ids::refund(at.env),
         payment_id: payment_id.to_owned(),
         attempt_id: attempt.id.clone(),
         reference,
@@ -709,11 +709,12 @@ fn created_capture(
     attempt: &PaymentAttempt,
     reference: String,
     amount: Money,
-    now: i64,
+    at: At<'_>,
     query_delay_ms: i64,
 ) -> Capture {
+    let now = at.now;
     Capture {
-        id: ids::capture(),
+        id: ids::capture(at.env),
         payment_id: attempt.payment_id.clone(),
         attempt_id: attempt.id.clone(),
         reference,

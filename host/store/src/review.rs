@@ -305,7 +305,7 @@ impl Store {
         rand::rng().fill_bytes(&mut secret);
         let key = format!("op_sluice_{}", hex::encode(secret));
         let operator = Operator {
-            id: ids::mint("opr"),
+            id: ids::mint(&self.env, "opr"),
             name: name.to_owned(),
             key_prefix: key[..16].to_owned(),
             created_at: self.now_ms(),
@@ -459,7 +459,7 @@ impl Store {
             }
         };
         let proposal = Proposal {
-            id: ids::mint("rvp"),
+            id: ids::mint(&self.env, "rvp"),
             payment_id: order.id.clone(),
             target_type: new.outcome.target_type().to_owned(),
             target_id,

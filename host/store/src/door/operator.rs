@@ -240,7 +240,7 @@ impl Store {
                 .await?
             {
                 Approval::Commit(result) => {
-                    tx.commit().await.map_err(StoreError::from)?;
+                    self.commit_write(tx).await?;
                     result?;
                     return Ok(self.get_proposal(proposal_id).await?);
                 }
@@ -384,7 +384,7 @@ impl Store {
                 &input,
                 &provenance,
                 &policy,
-                now,
+                self.at(now),
                 true,
             )
             .await?
