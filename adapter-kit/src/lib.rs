@@ -5,8 +5,11 @@
 //! - [`csv`]: RFC 4180 CSV with a header row, read by column name;
 //! - [`amount`]: decimal amounts in major units (`"12.34"`) → integer minor units, by the
 //!   currency's ISO 4217 exponent;
-//! - [`time`]: report timestamps (`"2013-06-03 11:26:49"` plus a zone) → Unix millis.
+//! - [`time`]: report timestamps (`"2013-06-03 11:26:49"` plus a zone) → Unix millis;
+//! - [`memcmp`]: a word-at-a-time `memcmp` that replaces wasi-libc's byte loop in every
+//!   guest that links this crate (`use sluice_adapter_kit as _;` is enough).
 
 pub mod amount;
 pub mod csv;
+pub mod memcmp;
 pub mod time;

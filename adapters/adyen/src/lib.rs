@@ -19,6 +19,10 @@
 //!
 //! [`component`] is the thin wit-bindgen glue.
 
+// The guest's `memcmp` (adapter-kit/src/memcmp.rs): the crate must be linked for its
+// definition to replace wasi-libc's byte loop.
+use sluice_adapter_kit as _;
+
 pub mod component;
 pub mod events;
 pub mod hmac_signature;

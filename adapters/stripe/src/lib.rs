@@ -21,6 +21,10 @@
 //! [`component`] is the thin wit-bindgen glue: it backs [`Host`] with the component's
 //! host imports and forwards each export to the logic.
 
+// The guest's `memcmp` (adapter-kit/src/memcmp.rs): the crate must be linked for its
+// definition to replace wasi-libc's byte loop.
+use sluice_adapter_kit as _;
+
 pub mod component;
 pub mod events;
 pub mod host;

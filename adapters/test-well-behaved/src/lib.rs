@@ -25,6 +25,10 @@
 //! host (the API key travels as the placeholder `{{secret:api_key}}`, substituted by the
 //! host).
 
+// The guest's `memcmp` (adapter-kit/src/memcmp.rs): the crate must be linked for its
+// definition to replace wasi-libc's byte loop.
+use sluice_adapter_kit as _;
+
 pub mod component;
 pub mod request;
 pub mod response;
