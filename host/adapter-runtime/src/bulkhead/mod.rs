@@ -208,24 +208,25 @@ impl Bulkhead {
         key: CallKey,
         reserve: Duration,
     ) -> Result<SlotGuard, Shed> {
-        let (sender, receiver) = oneshot::channel();
-        let ticket = {
+        let queued = {
             // Admission and the waker's registration under one lock: no release can
-            // wake the ticket before its sender is there.
+            // wake the ticket before its sender is there. The channel is made only for
+            // a call that queues: a granted call (the common case) allocates none.
             let mut inner = self.lock();
             match inner.pool.admit(&key, reserve, Instant::now(), true) {
                 Admission::Granted => None,
                 Admission::Shed(shed) => Some(Err(shed)),
                 Admission::Queued(ticket) => {
+                    let (sender, receiver) = oneshot::channel();
                     inner.wakers.insert(ticket, sender);
-                    Some(Ok(ticket))
+                    Some(Ok((ticket, receiver)))
                 }
             }
         };
-        let ticket = match ticket {
+        let (ticket, receiver) = match queued {
             None => return Ok(self.guard(key, reserve)),
             Some(Err(shed)) => return Err(self.shed(&key, shed)),
-            Some(Ok(ticket)) => ticket,
+            Some(Ok(queued)) => queued,
         };
         metrics::slot_wait(&key.adapter, &key.account);
         let started = Instant::now();
