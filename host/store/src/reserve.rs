@@ -115,7 +115,6 @@ impl Store {
         let now = self.now_ms();
         // Lock order: the payment row first, as the door does, so a reservation
         // and a concurrent decision on the same payment cannot deadlock.
-        let at = self.at(now);
         let payment_version = bump_payment_version(tx, &order.id, now).await?;
         reserve_amount(tx, Reserve::Refund, &order.id, request.amount.amount_minor).await?;
         // In the recovery scan set from the start: if this process dies
@@ -128,7 +127,7 @@ impl Store {
             request.amount,
             request.reason.clone(),
             now.saturating_add(self.query_delay_ms),
-            at,
+            self.at(now),
         );
         insert_refund(tx, &refund).await.map_err(raced)?;
         let reason = format!(
@@ -151,7 +150,7 @@ impl Store {
                 payment_version,
                 provenance,
             },
-            at,
+            self.at(now),
         )
         .await?;
         Ok(Reservation {
