@@ -49,6 +49,7 @@ pub struct Killed;
 pub struct Armed {
     armed: Arc<AtomicBool>,
     kills: Arc<AtomicU32>,
+    after_commit: Arc<AtomicU32>,
     race: Arc<Mutex<Option<Race>>>,
 }
 
@@ -89,6 +90,11 @@ impl Armed {
     /// Kills at the store's await points so far.
     pub fn kills(&self) -> u32 {
         self.kills.load(Ordering::SeqCst)
+    }
+
+    /// Of those, the kills after a `COMMIT`.
+    pub fn after_commit_kills(&self) -> u32 {
+        self.after_commit.load(Ordering::SeqCst)
     }
 
     fn race(&self) -> std::sync::MutexGuard<'_, Option<Race>> {
@@ -196,6 +202,9 @@ impl AwaitPoints for StoreKills {
             self.trace
                 .line(format!("kill at store await point {}", point.label()));
             self.armed.kills.fetch_add(1, Ordering::SeqCst);
+            if point == AwaitPoint::AfterCommit {
+                self.armed.after_commit.fetch_add(1, Ordering::SeqCst);
+            }
             self.crash.kill();
             resume_unwind(Box::new(Killed));
         }
@@ -305,6 +314,7 @@ mod tests {
             "a process dies after a commit too"
         );
         assert_eq!(armed.kills(), 2);
+        assert_eq!(armed.after_commit_kills(), 1);
     }
 
     #[tokio::test]

@@ -102,6 +102,8 @@ pub struct SeedReport {
     pub crashes: u32,
     /// Of the crashes, the kills at the store's await points.
     pub store_kills: u32,
+    /// Of those, the kills after a write transaction's `COMMIT`.
+    pub after_commit_kills: u32,
     pub violations: Vec<String>,
     /// How many payments with a business goal ended in each fulfillment
     /// state (empty when the seed failed before convergence).
@@ -254,6 +256,7 @@ impl Simulator {
             payments: world.payments.len(),
             crashes: world.crashes,
             store_kills: world.armed.kills(),
+            after_commit_kills: world.armed.after_commit_kills(),
             violations: world.violations.clone(),
             fulfillment: world.fulfillment_outcomes.clone(),
             tail: world.trace.tail(),

@@ -102,6 +102,25 @@ fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_o
     }
 }
 
+/// Seeds whose gateway dies right after a write transaction's `COMMIT` (40
+/// steps): 16, a create with `confirm` whose payment and first attempt
+/// committed before the PSP was ever called (recovery must send it, or find
+/// it unsent); 24, a create with a pull-mode fulfillment goal whose PSP answer
+/// was recorded and never reached the merchant: the PSP's webhooks and the
+/// fulfillment carry it to fulfilled without the merchant's answer.
+#[test]
+fn a_gateway_killed_right_after_a_commit_keeps_every_invariant() {
+    let sim = simulator();
+    for seed in [16, 24] {
+        let report = sim.run(seed).expect("seed runs");
+        assert!(
+            report.after_commit_kills > 0,
+            "seed {seed} no longer kills after a COMMIT"
+        );
+        assert_passed(seed, &report);
+    }
+}
+
 /// Seeds that found an approved manual refund clearing a review flag raised
 /// for something else (an attempt or capture UNKNOWN too long), 40 steps:
 /// the flag stays until what raised it is resolved.
