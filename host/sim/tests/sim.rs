@@ -29,6 +29,13 @@ fn assert_passed(seed: u64, report: &sluice_sim::SeedReport) {
     );
 }
 
+/// Runs `seed`; every invariant must hold.
+fn passing(sim: &Simulator, seed: u64) -> sluice_sim::SeedReport {
+    let report = sim.run(seed).expect("seed runs");
+    assert_passed(seed, &report);
+    report
+}
+
 /// The regression seeds were found with 60 steps per seed; a seed replays
 /// its scenario only with the same number of steps.
 const REGRESSION_STEPS: u32 = 60;
@@ -80,8 +87,7 @@ fn seeds_with_faults_and_crashes_keep_every_money_invariant() {
     });
     let regressions: &[u64] = &[18, 34, 75];
     for seed in regressions.iter().copied().chain(100..106) {
-        let report = sim.run(seed).expect("seed runs");
-        assert_passed(seed, &report);
+        passing(&sim, seed);
     }
 }
 
@@ -93,12 +99,11 @@ fn seeds_with_faults_and_crashes_keep_every_money_invariant() {
 fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_out() {
     let sim = simulator();
     for seed in [4, 418] {
-        let report = sim.run(seed).expect("seed runs");
+        let report = passing(&sim, seed);
         assert!(
             report.store_kills > 0,
             "seed {seed} no longer kills at a store await point"
         );
-        assert_passed(seed, &report);
     }
 }
 
@@ -112,12 +117,11 @@ fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_o
 fn a_gateway_killed_right_after_a_commit_keeps_every_invariant() {
     let sim = simulator();
     for seed in [16, 24] {
-        let report = sim.run(seed).expect("seed runs");
+        let report = passing(&sim, seed);
         assert!(
             report.after_commit_kills > 0,
             "seed {seed} no longer kills after a COMMIT"
         );
-        assert_passed(seed, &report);
     }
 }
 
@@ -128,8 +132,7 @@ fn a_gateway_killed_right_after_a_commit_keeps_every_invariant() {
 fn a_manual_refund_never_clears_a_review_flag_raised_for_something_else() {
     let sim = simulator();
     for seed in [459, 743] {
-        let report = sim.run(seed).expect("seed runs");
-        assert_passed(seed, &report);
+        passing(&sim, seed);
     }
 }
 
