@@ -14,6 +14,7 @@
 #
 # Knobs: BENCH_BACKEND (postgres | sqlite), BENCH_SECONDS (15),
 # BENCH_CONNECTIONS (16), SLUICE_BIN, SLUICE_BENCH_ADAPTERS, SLUICE_BENCH_CONFIG,
+# BENCH_PERF_INGEST (a file: perf profile of the gateway during webhook ingest),
 # BENCH_PG (postgres://postgres@127.0.0.1:5432, trust auth).
 # Statement counts need pg_stat_statements in shared_preload_libraries; without
 # it they are reported as missing, not guessed.
@@ -208,9 +209,20 @@ function done(summary, latency, requests)
 end
 LUA
 INGEST_SECONDS=10
+if [ "$BACKEND" = postgres ]; then
+    [ "$STATEMENTS" = yes ] && sql "SELECT pg_stat_statements_reset()" >/dev/null
+    INGEST_COMMITS_BEFORE="$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")"
+fi
 echo "== $BACKEND: webhook ingest, $CONNECTIONS connections, ${INGEST_SECONDS}s"
+# BENCH_PERF_INGEST=FILE: a perf profile of the gateway during the phase.
+PERF_PID=""
+if [ -n "${BENCH_PERF_INGEST:-}" ]; then
+    perf record -F 999 -g -p "$SERVER_PID" -o "$BENCH_PERF_INGEST" -- sleep $((INGEST_SECONDS - 2)) >/dev/null 2>&1 &
+    PERF_PID=$!
+fi
 BENCH_WEBHOOKS="$WORK/webhooks.txt" wrk -t2 -c"$CONNECTIONS" -d"${INGEST_SECONDS}s" --latency -s "$WORK/ingest.lua" \
     "$BASE/webhooks/stripe/$INGEST_ACCOUNT" >"$WORK/ingest.txt"
+[ -n "$PERF_PID" ] && wait "$PERF_PID"
 read -r W_RPS W_P50 W_P99 W_ERR W_TO _ <<<"$(bench_wrk_summary "$WORK/ingest.txt")"
 INBOX_Q="SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = '$INGEST_ACCOUNT'"
 if [ "$BACKEND" = postgres ]; then
@@ -220,7 +232,23 @@ else
 fi
 INGEST_PER_S="$(python3 -c "print(f'{$INBOX / $INGEST_SECONDS:.1f}')")"
 echo "   $W_RPS answers/s, p50 $W_P50 ms, p99 $W_P99 ms; $(sed -n 's/^STATUSES //p' "$WORK/ingest.txt"); $INBOX events in the inbox: $INGEST_PER_S/s"
+# Commits and statements per webhook kept (they include the inbox processor's
+# work on the same events meanwhile, and the other workers' polling).
+INGEST_COMMITS_PER="-"
+INGEST_STATEMENTS_PER="-"
+if [ "$BACKEND" = postgres ]; then
+    sleep 2 # let the phase's statistics reach the shared counters
+    INGEST_COMMITS="$(( $(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()") - INGEST_COMMITS_BEFORE ))"
+    INGEST_COMMITS_PER="$(python3 -c "print(f'{$INGEST_COMMITS / max($INBOX, 1):.2f}')")"
+    if [ "$STATEMENTS" = yes ]; then
+        INGEST_STATEMENTS_PER="$(sql "SELECT round(sum(calls)::numeric / GREATEST($INBOX, 1), 2) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
+        KEPT_BY="$(sql "SELECT round(sum(calls)::numeric / GREATEST($INBOX, 1), 3) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE 'WITH input%'")"
+        echo "   per webhook: $INGEST_COMMITS_PER commits, $INGEST_STATEMENTS_PER statements, of them $KEPT_BY keeping webhooks"
+    else
+        echo "   per webhook: $INGEST_COMMITS_PER commits"
+    fi
+fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR"

@@ -223,5 +223,12 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
             pg.get("commits_per_payment").map_or("-", String::as_str),
             pg.get("statements_per_payment").map_or("-", String::as_str)
         );
+        println!(
+            "  per webhook ingested on PostgreSQL: {} commits, {} statements",
+            pg.get("ingest_commits_per_webhook")
+                .map_or("-", String::as_str),
+            pg.get("ingest_statements_per_webhook")
+                .map_or("-", String::as_str)
+        );
     }
 }

@@ -302,6 +302,13 @@ pub struct DatabaseSettings {
     /// With the ping on: only a connection idle in the pool at least this long
     /// is pinged (0 to 60000; unset: 500; 0 pings before every use).
     pub ping_after_idle_ms: Option<u64>,
+    /// PostgreSQL webhook ingest: at most this many single-event webhooks
+    /// kept by one statement and one commit (1 to 256; unset: 64; 1 writes
+    /// each alone).
+    pub ingest_batch_max: Option<usize>,
+    /// PostgreSQL webhook ingest: statements writing webhooks at once before
+    /// arriving ones queue to share the next (1 to 64; unset: 4).
+    pub ingest_statements: Option<usize>,
 }
 
 /// Bounds of `[database]`.
@@ -341,7 +348,25 @@ impl DatabaseSettings {
                 reason: format!("between 0 and {MAX_PING_AFTER_IDLE_MS}"),
             });
         }
+        let mut group = sluice_store::DEFAULT_INGEST_GROUP;
+        self.apply_ingest_group(&mut group);
+        group
+            .validated()
+            .map_err(|reason| ConfigError::InvalidValue {
+                name: "database.ingest_batch_max / database.ingest_statements",
+                value: format!("{} / {}", group.max_batch, group.max_in_flight),
+                reason,
+            })?;
         Ok(())
+    }
+
+    fn apply_ingest_group(&self, group: &mut sluice_store::group_commit::GroupLimits) {
+        if let Some(n) = self.ingest_batch_max {
+            group.max_batch = n;
+        }
+        if let Some(n) = self.ingest_statements {
+            group.max_in_flight = n;
+        }
     }
 
     /// These settings over `options`.
@@ -358,6 +383,7 @@ impl DatabaseSettings {
         if let Some(ms) = self.ping_after_idle_ms {
             options.ping_after_idle = std::time::Duration::from_millis(ms);
         }
+        self.apply_ingest_group(&mut options.ingest_group);
     }
 }
 
@@ -739,7 +765,7 @@ mod tests {
     #[test]
     fn database_settings_are_read_applied_and_refused_out_of_bounds() {
         let path = Path::new("sluice.toml");
-        let text = "[database]\nmax_connections = 16\naccount_cache_ttl_ms = 0\nping_before_acquire = false\nping_after_idle_ms = 0\n";
+        let text = "[database]\nmax_connections = 16\naccount_cache_ttl_ms = 0\nping_before_acquire = false\nping_after_idle_ms = 0\ningest_batch_max = 1\ningest_statements = 2\n";
         let config = Config::from_parts(Some((text, path)), no_env).unwrap();
         let mut options = sluice_store::StoreOptions::default();
         config.database.apply(&mut options);
@@ -747,7 +773,13 @@ mod tests {
         assert_eq!(options.account_cache_ttl, std::time::Duration::ZERO);
         assert!(!options.ping_before_acquire);
         assert_eq!(options.ping_after_idle, std::time::Duration::ZERO);
+        assert_eq!(options.ingest_group.max_batch, 1);
+        assert_eq!(options.ingest_group.max_in_flight, 2);
         for bad in [
+            "[database]\ningest_batch_max = 0\n",
+            "[database]\ningest_batch_max = 257\n",
+            "[database]\ningest_statements = 0\n",
+            "[database]\ningest_statements = 65\n",
             "[database]\nmax_connections = 0\n",
             "[database]\nmax_connections = 257\n",
             "[database]\naccount_cache_ttl_ms = 60001\n",
@@ -768,6 +800,7 @@ mod tests {
             options.ping_after_idle,
             sluice_store::DEFAULT_PING_AFTER_IDLE
         );
+        assert_eq!(options.ingest_group, sluice_store::DEFAULT_INGEST_GROUP);
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod door;
 pub mod env;
 mod error;
 mod fulfillment;
+pub mod group_commit;
 mod ids;
 mod listing;
 mod refusals;
@@ -41,7 +42,7 @@ pub mod secret_box;
 pub mod secrets;
 pub mod stats;
 
-pub use accept::AcceptedWebhook;
+pub use accept::{AcceptedWebhook, DEFAULT_INGEST_GROUP};
 pub use account_health::{AccountEvent, MAX_ACCOUNT_EVENTS};
 pub use adapter_releases::{
     AdapterEvent, AdapterEventKind, AdapterPin, NewShadowDiff, ShadowDiff, MAX_ADAPTER_EVENTS,
@@ -148,6 +149,11 @@ pub struct StoreOptions {
     /// Who watches the store's await points ([`env::AwaitPoints`]): nobody
     /// in production; the deterministic simulator kills the gateway there.
     pub await_points: Option<Arc<dyn AwaitPoints>>,
+    /// PostgreSQL webhook ingest's group commit
+    /// ([`group_commit`], [`accept::DEFAULT_INGEST_GROUP`]): how many
+    /// webhooks one statement keeps at most, and how many such statements
+    /// run at once before arriving webhooks queue for the next.
+    pub ingest_group: group_commit::GroupLimits,
 }
 
 /// The default of [`StoreOptions::ping_after_idle`] (as HikariCP's
@@ -169,6 +175,7 @@ impl Default for StoreOptions {
             ping_before_acquire: true,
             ping_after_idle: DEFAULT_PING_AFTER_IDLE,
             await_points: None,
+            ingest_group: accept::DEFAULT_INGEST_GROUP,
         }
     }
 }
@@ -187,6 +194,8 @@ pub struct Store {
     fulfillment_policy: sluice_core::FulfillmentPolicy,
     secret_box: Arc<dyn SecretBox>,
     account_cache: Arc<account_cache::AccountCache>,
+    /// Single-event webhooks waiting to share a statement (PostgreSQL).
+    ingest: Arc<group_commit::GroupCommit<accept::PendingWebhook, accept::BatchAnswer>>,
 }
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -207,6 +216,10 @@ impl Store {
             Backend::Sqlite => db::prepare_sqlite_url(url)?,
             Backend::Postgres => url.to_owned(),
         };
+        let ingest_group = options
+            .ingest_group
+            .validated()
+            .map_err(StoreError::Config)?;
         let (pool, writer) = db::open_pools(&url, backend, &options).await?;
         Ok(Store {
             pool,
@@ -222,6 +235,7 @@ impl Store {
             fulfillment_policy: options.fulfillment_policy,
             secret_box: options.secret_box,
             account_cache: Arc::new(account_cache::AccountCache::new(options.account_cache_ttl)),
+            ingest: Arc::new(group_commit::GroupCommit::new(ingest_group)),
         })
     }
 

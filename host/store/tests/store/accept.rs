@@ -181,7 +181,7 @@ async fn on_postgres_a_body_kept_by_a_concurrent_transaction_is_found_and_the_ev
                     &store,
                     "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
                  AND wait_event_type = 'Lock' AND query LIKE $1",
-                    "WITH body AS%",
+                    "WITH input%",
                 )
                 .await;
                 (waiting == 1).then_some(())
@@ -207,5 +207,214 @@ async fn on_postgres_a_body_kept_by_a_concurrent_transaction_is_found_and_the_ev
         )
         .await,
         1
+    );
+}
+
+/// Sends `webhooks` at once (each its own task, so on PostgreSQL those that
+/// arrive while the group commit's statements are busy share the next one).
+async fn accept_all(
+    store: &sluice_store::Store,
+    webhooks: Vec<(String, String, Vec<u8>, String)>,
+) -> Vec<(String, InboxInsert)> {
+    let tasks: Vec<_> = webhooks
+        .into_iter()
+        .map(|(account, digest, body, event_id)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let (body_id, mut outcomes) = store
+                    .accept_webhook(webhook(&account, &digest, &body, &[event_id.as_str()]))
+                    .await
+                    .unwrap();
+                (body_id, outcomes.remove(0))
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+dual_test! {
+    async fn webhooks_accepted_at_once_each_keep_their_body_and_their_event_exactly_once(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let account = fx.account.id.clone();
+        let mut webhooks = Vec::new();
+        for n in 0..40 {
+            webhooks.push((account.clone(), format!("d{n}"), format!("body {n}").into_bytes(), format!("evt_{n}")));
+        }
+        // The same delivery three times, and one event id in two bodies.
+        for _ in 0..3 {
+            webhooks.push((account.clone(), "same".into(), b"same body".to_vec(), "evt_same".into()));
+        }
+        webhooks.push((account.clone(), "first".into(), b"first body".to_vec(), "evt_twice".into()));
+        webhooks.push((account.clone(), "second".into(), b"second body".to_vec(), "evt_twice".into()));
+
+        let answers = accept_all(store, webhooks).await;
+
+        for (n, (body_id, outcome)) in answers.iter().take(40).enumerate() {
+            let entry = store.inbox_get(inserted(outcome)).await.unwrap();
+            assert_eq!(entry.provider_event_id.as_deref(), Some(format!("evt_{n}").as_str()));
+            assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+            assert_eq!(store.inbox_raw_body(&entry.id).await.unwrap(), Some(format!("body {n}").into_bytes()));
+        }
+        let same = &answers[40..43];
+        assert!(same.iter().all(|(body, _)| *body == same[0].0), "one body for one delivery: {same:?}");
+        let first_rows: Vec<_> = same.iter().filter(|(_, o)| matches!(o, InboxInsert::Inserted { .. })).collect();
+        assert_eq!(first_rows.len(), 1, "queued once: {same:?}");
+        let queued = inserted(&first_rows[0].1);
+        for (_, outcome) in same {
+            if let InboxInsert::Duplicate { id, .. } = outcome {
+                assert_eq!(id, queued, "a duplicate names the row queued");
+            }
+        }
+        let twice = &answers[43..];
+        assert_ne!(twice[0].0, twice[1].0, "each body is evidence");
+        assert_eq!(twice.iter().filter(|(_, o)| matches!(o, InboxInsert::Inserted { .. })).count(), 1, "{twice:?}");
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1", &account).await, 42);
+        assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_bodies WHERE connector_account_id = $1", &account).await, 43);
+    }
+}
+
+/// Holds a body insert of `digest` open in a transaction of its own, so a
+/// statement keeping the same body waits for it.
+async fn hold_body<'a>(
+    store: &'a sluice_store::Store,
+    account: &str,
+    id: &str,
+    digest: &str,
+) -> sqlx::Transaction<'a, sqlx::Any> {
+    let context = sluice_store::secrets::secret_context("webhook_bodies", "sealed_body", id);
+    let sealed = store.seal_secret(&context, BODY).unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, received_at) \
+         VALUES ($1, $2, $3, $4, 0)",
+    )
+    .bind(id)
+    .bind(account)
+    .bind(digest)
+    .bind(&sealed)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
+/// Waits until a statement keeping webhooks waits on a lock with exactly
+/// `rows` webhooks in it (8 parameters each, after the one for the time).
+async fn batch_waiting(store: &sluice_store::Store, rows: usize) {
+    let last = format!("%${})%", 1 + 8 * rows);
+    let beyond = format!("%${}%", 2 + 8 * rows);
+    sluice_test_support::eventually(
+        std::time::Duration::from_secs(10),
+        "a webhook statement waiting on a lock",
+        || {
+            let (store, last, beyond) = (store.clone(), last.clone(), beyond.clone());
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE 'WITH input%' \
+                     AND query LIKE $1 AND query NOT LIKE $2",
+                )
+                .bind(last)
+                .bind(beyond)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                (waiting == 1).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// The group commit on PostgreSQL: with one statement allowed at a time,
+/// the ten webhooks that arrive while it waits are kept by the next
+/// statement together, and each of them, the two whose bodies a concurrent
+/// transaction held included, ends up queued once, naming its body.
+#[tokio::test]
+async fn on_postgres_webhooks_that_arrive_while_the_statement_is_busy_share_the_next_one() {
+    let db: sluice_test_support::TestDb =
+        sluice_test_support::TestDb::open(sluice_store::Backend::Postgres).await;
+    let options = sluice_store::StoreOptions {
+        ingest_group: sluice_store::group_commit::GroupLimits {
+            max_batch: 64,
+            max_in_flight: 1,
+        },
+        ..db.options()
+    };
+    let store = db.store_with(options).await;
+    let fx = Fixture::new(&store, "Acme").await;
+    let account = fx.account.id.clone();
+    let first_hold = hold_body(&store, &account, "whb_held_1", "held_1").await;
+    let second_hold = hold_body(&store, &account, "whb_held_2", "held_2").await;
+
+    let lead = {
+        let (store, account) = (store.clone(), account.clone());
+        tokio::spawn(async move {
+            accept_all(
+                &store,
+                vec![(account, "held_1".into(), BODY.to_vec(), "evt_held_1".into())],
+            )
+            .await
+        })
+    };
+    batch_waiting(&store, 1).await;
+    let mut later: Vec<_> = (0..9)
+        .map(|n| {
+            (
+                account.clone(),
+                format!("d{n}"),
+                format!("body {n}").into_bytes(),
+                format!("evt_{n}"),
+            )
+        })
+        .collect();
+    later.push((
+        account.clone(),
+        "held_2".into(),
+        BODY.to_vec(),
+        "evt_held_2".into(),
+    ));
+    let queued = {
+        let store = store.clone();
+        tokio::spawn(async move { accept_all(&store, later).await })
+    };
+    // Let the ten reach the queue (a current-thread runtime runs every task
+    // spawned before the test's task again).
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    first_hold.commit().await.unwrap();
+    batch_waiting(&store, 10).await;
+    second_hold.commit().await.unwrap();
+
+    let mut answers = lead.await.unwrap();
+    answers.extend(queued.await.unwrap());
+    let expected_bodies: Vec<Option<&str>> = std::iter::once(Some("whb_held_1"))
+        .chain((0..9).map(|_| None))
+        .chain(std::iter::once(Some("whb_held_2")))
+        .collect();
+    for ((body_id, outcome), expected) in answers.iter().zip(expected_bodies) {
+        let entry = store.inbox_get(inserted(outcome)).await.unwrap();
+        assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+        if let Some(held) = expected {
+            assert_eq!(
+                body_id, held,
+                "the event names the body the other transaction kept"
+            );
+        }
+    }
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1",
+            &account
+        )
+        .await,
+        11
     );
 }
