@@ -56,8 +56,12 @@ impl AdapterHandle {
     }
 
     pub async fn describe(&self) -> Result<AdapterInfo, AdapterError> {
-        let scope = Arc::new(ConnectorAccountScope::default());
-        self.call("describe", scope, calls::Describe).await
+        self.call(
+            "describe",
+            &ConnectorAccountScope::default(),
+            calls::Describe,
+        )
+        .await
     }
 
     /// The request as the adapter built it, credential placeholders and all: the host
@@ -68,12 +72,8 @@ impl AdapterHandle {
         mut ctx: OperationContext,
     ) -> Result<Result<HttpRequest, Failure>, AdapterError> {
         redact_context(&account.secrets, &mut ctx);
-        self.call(
-            "build-request",
-            Arc::new(account.clone()),
-            calls::BuildRequest(ctx),
-        )
-        .await
+        self.call("build-request", account, calls::BuildRequest(ctx))
+            .await
     }
 
     /// The PSP's answer reaches the guest without any of the account's secret values
@@ -88,7 +88,7 @@ impl AdapterHandle {
         redact_message(&account.secrets, &mut response.headers, &mut response.body);
         self.call(
             "parse-response",
-            Arc::new(account.clone()),
+            account,
             calls::ParseResponse(ctx, response),
         )
         .await
@@ -100,12 +100,8 @@ impl AdapterHandle {
         mut request: WebhookRequest,
     ) -> Result<Result<WebhookAcceptance, WebhookRejection>, AdapterError> {
         redact_message(&account.secrets, &mut request.headers, &mut request.body);
-        self.call(
-            "handle-webhook",
-            Arc::new(account.clone()),
-            calls::HandleWebhook(request),
-        )
-        .await
+        self.call("handle-webhook", account, calls::HandleWebhook(request))
+            .await
     }
 
     /// A settlement report of the PSP (its bytes) → normalised lines. The report is
@@ -116,12 +112,8 @@ impl AdapterHandle {
         mut report: Vec<u8>,
     ) -> Result<Result<Vec<SettlementLine>, Failure>, AdapterError> {
         account.secrets.redact(&mut report);
-        self.call(
-            "parse-settlement",
-            Arc::new(account.clone()),
-            calls::ParseSettlement(report),
-        )
-        .await
+        self.call("parse-settlement", account, calls::ParseSettlement(report))
+            .await
     }
 
     /// `handle_webhook` on the calling thread. For synchronous callers and benchmarks
@@ -144,7 +136,7 @@ impl AdapterHandle {
             &self.shared,
             &self.version.pre,
             &self.version.info.limits,
-            Arc::new(account.clone()),
+            account,
             Some(self.warm_key(&account.account_id)),
             calls::HandleWebhook(request),
         );
@@ -183,7 +175,7 @@ impl AdapterHandle {
     async fn call<C: GuestCall>(
         &self,
         operation: &'static str,
-        scope: Arc<ConnectorAccountScope>,
+        scope: &ConnectorAccountScope,
         call: C,
     ) -> Result<C::Output, AdapterError> {
         let span = self.span(operation, &scope.account_id);
@@ -218,7 +210,7 @@ pub(crate) async fn run_call<C: GuestCall>(
     shared: &Shared,
     pre: &PspAdapterPre<CallState>,
     limits: &SandboxLimits,
-    scope: Arc<ConnectorAccountScope>,
+    scope: &ConnectorAccountScope,
     key: Option<WarmKey>,
     call: C,
 ) -> Result<C::Output, AdapterError> {
@@ -228,7 +220,7 @@ pub(crate) async fn run_call<C: GuestCall>(
             arm_deadline(&mut warm.store, shared, limits);
             warm
         }
-        None => fresh_instance(shared, pre, limits, scope).await?,
+        None => fresh_instance(shared, pre, limits, Arc::new(scope.clone())).await?,
     };
     let outcome = call
         .run(&instance.guest, &mut instance.store)

@@ -577,7 +577,7 @@ impl AdapterRuntime {
             operation = "describe"
         );
         let shared = &*self.shared;
-        let scope = Arc::new(ConnectorAccountScope::default());
+        let scope = ConnectorAccountScope::default();
         std::thread::scope(|s| {
             let worker = std::thread::Builder::new()
                 .name("sluice-adapter-validate".into())
@@ -587,7 +587,7 @@ impl AdapterRuntime {
                         shared,
                         pre,
                         limits,
-                        scope,
+                        &scope,
                         None,
                         crate::calls::Describe,
                     ))

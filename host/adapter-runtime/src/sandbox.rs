@@ -56,13 +56,18 @@ impl CallState {
     pub(crate) fn begin_next_call(
         &mut self,
         limits: &SandboxLimits,
-        scope: Arc<ConnectorAccountScope>,
+        scope: &ConnectorAccountScope,
     ) {
         debug_assert_eq!(
             scope.account_id, self.scope.account_id,
             "a warm instance never changes account"
         );
-        self.scope = scope;
+        // Equal settings and keys (the usual case) keep the copy the store already holds:
+        // cloning the scope's maps and strings on every call cost more than comparing
+        // them. Anything changed (a rotated secret, a new setting) is copied in.
+        if *self.scope != *scope {
+            self.scope = Arc::new(scope.clone());
+        }
         self.log_budget = limits.max_log_bytes;
         self.logs_dropped = 0;
         let _ = self.stdout.take();

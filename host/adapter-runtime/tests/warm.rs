@@ -84,6 +84,68 @@ async fn a_warm_instance_serves_only_later_calls_of_its_own_account() {
     );
 }
 
+/// The first lines of `test-exfiltrate`'s ack: what this call could see of its account
+/// (settings, MACs of every probed key), before what it remembered.
+fn current_loot(ack_body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(ack_body).into_owned();
+    let (head, _) = text
+        .split_once("\nseen:\n")
+        .expect("the adapter always reports what it saw");
+    head.to_string()
+}
+
+/// A warm instance serves its account's next call with the account as it is then: a
+/// changed setting and a rotated secret reach the very next call, on the same instance
+/// (a warm store keeps its copy of the account only while the account is unchanged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_instance_sees_its_accounts_changed_settings_and_secrets() {
+    let rt = runtime_warm(8, 1_000);
+    load(&rt, "test-exfiltrate", None);
+    let adapter = rt.active("test-exfiltrate").expect("active");
+    let before = account("acct_red", "sk_red", "whsec_red_1");
+    let after = ConnectorAccountScope::new("acct_red")
+        .with_config("base_url", "http://127.0.0.1:9/moved")
+        .with_secret("api_key", "sk_red")
+        .with_secret("webhook_secret", "whsec_red_2");
+    let mut loot = Vec::new();
+    for (acct, marker) in [
+        (&before, "marker-one"),
+        (&before, "marker-two"),
+        (&after, "marker-three"),
+    ] {
+        let accepted = adapter
+            .handle_webhook(
+                acct,
+                signed_webhook("unchecked", NOW_SECS, marker.as_bytes()),
+            )
+            .await
+            .expect("ran")
+            .expect("accepted");
+        loot.push(current_loot(&accepted.ack.body));
+        if marker == "marker-three" {
+            let memory = remembered(&accepted.ack.body);
+            // The adapter keeps the previous call's input in a static.
+            assert!(
+                memory.contains("marker-two"),
+                "the call after the change ran on a fresh instance: {memory}"
+            );
+        }
+    }
+    let macs = |loot: &str| {
+        loot.lines()
+            .find(|l| l.starts_with("hmac webhook_secret "))
+            .expect("the MAC of the webhook secret")
+            .to_string()
+    };
+    assert_eq!(loot[0], loot[1], "an unchanged account looks the same");
+    assert!(loot[2].contains(r#"config base_url=Some("http://127.0.0.1:9/moved")"#));
+    assert_ne!(
+        macs(&loot[1]),
+        macs(&loot[2]),
+        "the rotated secret was not used"
+    );
+}
+
 /// Another version of the same adapter is another sandbox, even for the same account.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_instance_never_serves_another_version() {
