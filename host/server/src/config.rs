@@ -307,7 +307,7 @@ pub struct DatabaseSettings {
     /// each alone).
     pub ingest_batch_max: Option<usize>,
     /// PostgreSQL webhook ingest: statements writing webhooks at once before
-    /// arriving ones queue to share the next (1 to 64; unset: 4).
+    /// arriving ones queue to share the next (1 to 64; unset: 2).
     pub ingest_statements: Option<usize>,
 }
 

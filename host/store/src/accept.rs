@@ -103,7 +103,9 @@ pub(crate) struct KeptWebhook {
 /// ([`crate::StoreOptions::ingest_group`]).
 pub const DEFAULT_INGEST_GROUP: GroupLimits = GroupLimits {
     max_batch: 64,
-    max_in_flight: 4,
+    // Two statements at once kept the most webhooks a second in the
+    // bench's ingest phase (1, 2 and 4 measured, BENCHMARKS.md).
+    max_in_flight: 2,
 };
 
 /// A verified webhook of one connector account: its raw body and the events
