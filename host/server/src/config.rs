@@ -241,7 +241,8 @@ pub struct WorkerTimings {
 
 /// The PSP webhook route's token bucket per connector account, as written in
 /// `[webhooks]`: PSPs send bursts after their own outages, so a gateway sizes
-/// it from its measured ingest rate (BENCHMARKS.md). Unset: burst 200, 100/s.
+/// it from its measured ingest rate (BENCHMARKS.md). Unset: burst 2000,
+/// 1000/s ([`sluice_merchant_api::limits::RateLimit`]'s default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookIntake {
