@@ -224,7 +224,8 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
             pg.get("statements_per_payment").map_or("-", String::as_str)
         );
         println!(
-            "  per webhook ingested on PostgreSQL: {} commits, {} statements",
+            "  per webhook ingested on PostgreSQL ({} connections): {} commits, {} statements",
+            pg.get("ingest_connections").map_or("-", String::as_str),
             pg.get("ingest_commits_per_webhook")
                 .map_or("-", String::as_str),
             pg.get("ingest_statements_per_webhook")
