@@ -27,11 +27,12 @@ pub struct RateLimit {
 }
 
 /// Sized from the measured ingest rate (BENCHMARKS.md, issue 17): the 2-core
-/// reference machine keeps about 4,800 verified webhooks a second in the
-/// inbox on PostgreSQL, so one account may by default take about a fifth of
-/// that for as long as it likes and twice that at once (a PSP's catch-up
-/// after its own outage), and a few flooding accounts still leave room for
-/// the others. An account with more traffic gets its own keys.
+/// reference machine keeps 4,800 to 7,200 verified webhooks a second in the
+/// inbox on PostgreSQL (16 and 32 senders), so one account may by default
+/// take a fifth to a seventh of that for as long as it likes and twice that
+/// at once (a PSP's catch-up after its own outage), and a few flooding
+/// accounts still leave room for the others. An account with more traffic
+/// gets its own keys.
 impl Default for RateLimit {
     fn default() -> Self {
         RateLimit {
