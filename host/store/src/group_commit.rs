@@ -311,82 +311,98 @@ mod tests {
         assert_eq!(group.lock().leads, 0);
     }
 
-    #[tokio::test]
-    async fn items_that_arrive_while_every_lead_is_busy_are_written_together_in_order() {
-        let group = Arc::new(GroupCommit::new(limits(8, 1)));
-        let gate = Arc::new(Gate::default());
-        let mut tasks = Vec::new();
-        for n in 1..=5u32 {
-            let (g, w) = (group.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move { g.join(n, |b| w.write(b)).await }));
-            // The first takes the one lead before the others queue.
-            if n == 1 {
-                until(|| gate.started.load(Ordering::SeqCst) == 1).await;
+    type Task = tokio::task::JoinHandle<Joined<u32>>;
+
+    /// A group of one lead over a [`Gate`], and callers queued in order.
+    struct Harness {
+        group: Arc<GroupCommit<u32, u32>>,
+        gate: Arc<Gate>,
+    }
+
+    impl Harness {
+        fn new(max_batch: usize) -> Self {
+            Harness {
+                group: Arc::new(GroupCommit::new(limits(max_batch, 1))),
+                gate: Arc::new(Gate::default()),
             }
         }
-        until(|| group.lock().waiting.len() == 4).await;
-        gate.open.notify_one();
-        until(|| gate.started.load(Ordering::SeqCst) == 2).await;
-        gate.open.notify_one();
+
+        fn spawn(&self, n: u32) -> Task {
+            let (group, gate) = (self.group.clone(), self.gate.clone());
+            tokio::spawn(async move { group.join(n, |b| gate.write(b)).await })
+        }
+
+        /// The first item takes the one lead and is held in its write; the
+        /// others queue behind it, in order.
+        async fn queue(&self, items: &[u32]) -> Vec<Task> {
+            let mut tasks = vec![self.spawn(items[0])];
+            self.started(1).await;
+            tasks.extend(items[1..].iter().map(|n| self.spawn(*n)));
+            until(|| self.group.lock().waiting.len() == items.len() - 1).await;
+            tasks
+        }
+
+        async fn started(&self, writes: usize) {
+            until(|| self.gate.started.load(Ordering::SeqCst) == writes).await;
+        }
+
+        /// Lets the held write finish once the `writes`-th has started.
+        async fn release(&self, writes: usize) {
+            self.started(writes).await;
+            self.gate.open.notify_one();
+        }
+
+        fn batches(&self) -> Vec<Vec<u32>> {
+            self.gate.batches.lock().unwrap().clone()
+        }
+
+        fn leads(&self) -> usize {
+            self.group.lock().leads
+        }
+    }
+
+    async fn answers(tasks: Vec<Task>) -> Vec<Joined<u32>> {
         let mut answers = Vec::new();
         for task in tasks {
             answers.push(task.await.unwrap());
         }
+        answers
+    }
+
+    #[tokio::test]
+    async fn items_that_arrive_while_every_lead_is_busy_are_written_together_in_order() {
+        let h = Harness::new(8);
+        let tasks = h.queue(&[1, 2, 3, 4, 5]).await;
+        h.release(1).await;
+        h.release(2).await;
         let expected: Vec<_> = (1..=5).map(|n| Joined::Written(n * 10)).collect();
-        assert_eq!(answers, expected);
-        assert_eq!(
-            *gate.batches.lock().unwrap(),
-            vec![vec![1], vec![2, 3, 4, 5]]
-        );
-        assert_eq!(group.lock().leads, 0);
+        assert_eq!(answers(tasks).await, expected);
+        assert_eq!(h.batches(), vec![vec![1], vec![2, 3, 4, 5]]);
+        assert_eq!(h.leads(), 0);
     }
 
     #[tokio::test]
     async fn a_batch_never_holds_more_than_its_limit() {
-        let group = Arc::new(GroupCommit::new(limits(2, 1)));
-        let gate = Arc::new(Gate::default());
-        let mut tasks = Vec::new();
-        for n in 1..=6u32 {
-            let (g, w) = (group.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move { g.join(n, |b| w.write(b)).await }));
-            if n == 1 {
-                until(|| gate.started.load(Ordering::SeqCst) == 1).await;
-            }
+        let h = Harness::new(2);
+        let tasks = h.queue(&[1, 2, 3, 4, 5, 6]).await;
+        for writes in 1..=4 {
+            h.release(writes).await;
         }
-        until(|| group.lock().waiting.len() == 5).await;
-        for started in 1..=4 {
-            until(|| gate.started.load(Ordering::SeqCst) == started).await;
-            gate.open.notify_one();
-        }
-        for task in tasks {
-            assert!(matches!(task.await.unwrap(), Joined::Written(_)));
-        }
-        let batches = gate.batches.lock().unwrap().clone();
-        assert_eq!(batches, vec![vec![1], vec![2, 3], vec![4, 5], vec![6]]);
+        assert!(answers(tasks)
+            .await
+            .iter()
+            .all(|a| matches!(a, Joined::Written(_))));
+        assert_eq!(h.batches(), vec![vec![1], vec![2, 3], vec![4, 5], vec![6]]);
     }
 
     #[tokio::test]
     async fn a_failed_batch_sends_every_item_back_to_be_written_alone() {
-        let group = Arc::new(GroupCommit::new(limits(8, 1)));
-        let gate = Arc::new(Gate::default());
-        let mut tasks = Vec::new();
-        for n in [1u32, 2, 666, 4] {
-            let (g, w) = (group.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move { g.join(n, |b| w.write(b)).await }));
-            if n == 1 {
-                until(|| gate.started.load(Ordering::SeqCst) == 1).await;
-            }
-        }
-        until(|| group.lock().waiting.len() == 3).await;
-        gate.open.notify_one();
-        until(|| gate.started.load(Ordering::SeqCst) == 2).await;
-        gate.open.notify_one();
-        let mut answers = Vec::new();
-        for task in tasks {
-            answers.push(task.await.unwrap());
-        }
+        let h = Harness::new(8);
+        let tasks = h.queue(&[1, 2, 666, 4]).await;
+        h.release(1).await;
+        h.release(2).await;
         assert_eq!(
-            answers,
+            answers(tasks).await,
             vec![
                 Joined::Written(10),
                 Joined::Alone,
@@ -394,63 +410,42 @@ mod tests {
                 Joined::Alone
             ]
         );
-        assert_eq!(group.lock().leads, 0);
+        assert_eq!(h.leads(), 0);
     }
 
     #[tokio::test]
     async fn a_cancelled_lead_hands_on_and_its_batch_writes_alone() {
-        let group = Arc::new(GroupCommit::new(limits(8, 1)));
-        let gate = Arc::new(Gate::default());
-        let first = {
-            let (group, gate) = (group.clone(), gate.clone());
-            tokio::spawn(async move { group.join(1, |b| gate.write(b)).await })
-        };
-        until(|| gate.started.load(Ordering::SeqCst) == 1).await;
-        let mut waiters = Vec::new();
-        for n in 2..=3u32 {
-            let (group, gate) = (group.clone(), gate.clone());
-            waiters.push(tokio::spawn(async move {
-                group.join(n, |b| gate.write(b)).await
-            }));
-        }
-        until(|| group.lock().waiting.len() == 2).await;
+        let h = Harness::new(8);
+        let mut tasks = h.queue(&[1, 2, 3]).await;
         // Item 2 leads the next batch, holding item 3; then it is cancelled
         // mid-write: item 3 hears nothing and writes alone.
-        first.abort();
-        until(|| gate.started.load(Ordering::SeqCst) == 2).await;
-        let second = waiters.remove(0);
+        tasks.remove(0).abort();
+        h.started(2).await;
+        let second = tasks.remove(0);
         second.abort();
         assert!(second.await.unwrap_err().is_cancelled());
-        assert_eq!(waiters.remove(0).await.unwrap(), Joined::Alone);
-        assert_eq!(group.lock().leads, 0);
-        assert!(gate.batches.lock().unwrap().is_empty());
+        assert_eq!(tasks.remove(0).await.unwrap(), Joined::Alone);
+        assert_eq!(h.leads(), 0);
+        assert!(h.batches().is_empty());
     }
 
     #[tokio::test]
     async fn a_waiter_that_went_away_is_skipped_when_the_lead_passes() {
-        let group = Arc::new(GroupCommit::new(limits(1, 1)));
-        let gate = Arc::new(Gate::default());
-        let mut tasks = Vec::new();
-        for n in 1..=3u32 {
-            let (g, w) = (group.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move { g.join(n, |b| w.write(b)).await }));
-            if n == 1 {
-                until(|| gate.started.load(Ordering::SeqCst) == 1).await;
-            }
-        }
-        until(|| group.lock().waiting.len() == 2).await;
+        let h = Harness::new(1);
+        let mut tasks = h.queue(&[1, 2, 3]).await;
         let gone = tasks.remove(1);
         gone.abort();
         assert!(
             gone.await.unwrap_err().is_cancelled(),
             "item 2's caller is gone"
         );
-        gate.open.notify_one();
-        until(|| gate.started.load(Ordering::SeqCst) == 2).await;
-        gate.open.notify_one();
-        assert_eq!(tasks.remove(0).await.unwrap(), Joined::Written(10));
-        assert_eq!(tasks.remove(0).await.unwrap(), Joined::Written(30));
-        assert_eq!(*gate.batches.lock().unwrap(), vec![vec![1], vec![3]]);
+        h.release(1).await;
+        h.release(2).await;
+        assert_eq!(
+            answers(tasks).await,
+            vec![Joined::Written(10), Joined::Written(30)]
+        );
+        assert_eq!(h.batches(), vec![vec![1], vec![3]]);
     }
 
     #[test]

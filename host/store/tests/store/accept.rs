@@ -142,26 +142,7 @@ async fn on_postgres_a_body_kept_by_a_concurrent_transaction_is_found_and_the_ev
     let store = db.store.clone();
     let fx = Fixture::new(&store, "Acme").await;
     let account = fx.account.id.clone();
-    let sealed = store
-        .seal_secret(
-            &sluice_store::secrets::secret_context(
-                "webhook_bodies",
-                "sealed_body",
-                "whb_concurrent",
-            ),
-            BODY,
-        )
-        .unwrap();
-    let mut other = store.pool().begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, received_at) \
-         VALUES ('whb_concurrent', $1, 'd1', $2, 0)",
-    )
-    .bind(&account)
-    .bind(&sealed)
-    .execute(&mut *other)
-    .await
-    .unwrap();
+    let other = hold_body(&store, &account, "whb_concurrent", "d1").await;
 
     let accepting = {
         let (store, account) = (store.clone(), account.clone());
@@ -199,15 +180,7 @@ async fn on_postgres_a_body_kept_by_a_concurrent_transaction_is_found_and_the_ev
         Some("whb_concurrent"),
         "the event names the body kept"
     );
-    assert_eq!(
-        count(
-            &store,
-            "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1",
-            &account
-        )
-        .await,
-        1
-    );
+    assert_eq!(inbox_rows(&store, &account).await, 1);
 }
 
 /// Sends `webhooks` at once (each its own task, so on PostgreSQL those that
@@ -276,6 +249,15 @@ dual_test! {
         assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1", &account).await, 42);
         assert_eq!(count(store, "SELECT COUNT(*) FROM webhook_bodies WHERE connector_account_id = $1", &account).await, 43);
     }
+}
+
+async fn inbox_rows(store: &sluice_store::Store, account: &str) -> i64 {
+    count(
+        store,
+        "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1",
+        account,
+    )
+    .await
 }
 
 /// Holds a body insert of `digest` open in a transaction of its own, so a
@@ -408,13 +390,42 @@ async fn on_postgres_webhooks_that_arrive_while_the_statement_is_busy_share_the_
             );
         }
     }
-    assert_eq!(
-        count(
-            &store,
-            "SELECT COUNT(*) FROM webhook_inbox WHERE connector_account_id = $1",
-            &account
-        )
-        .await,
-        11
-    );
+    assert_eq!(inbox_rows(&store, &account).await, 11);
+}
+
+dual_test! {
+    async fn two_accounts_sending_the_same_body_and_event_id_at_once_each_get_their_own_rows(&db) {
+        let store = &db.store;
+        let victim = Fixture::new(store, "Victim").await.account.id;
+        let attacker = Fixture::new(store, "Attacker").await.account.id;
+        // Interleaved, so that on PostgreSQL both accounts' webhooks share batches.
+        let mut webhooks = Vec::new();
+        for n in 0..10 {
+            for account in [&victim, &attacker] {
+                webhooks.push((account.clone(), format!("d{n}"), format!("body {n}").into_bytes(), format!("evt_{n}")));
+            }
+        }
+
+        let answers = accept_all(store, webhooks.clone()).await;
+
+        for ((account, _, _, event_id), (body_id, outcome)) in webhooks.iter().zip(&answers) {
+            let entry = store.inbox_get(inserted(outcome)).await.unwrap();
+            assert_eq!(&entry.connector_account_id, account, "the row is its own account's");
+            assert_eq!(entry.provider_event_id.as_deref(), Some(event_id.as_str()));
+            assert_eq!(entry.raw_body_id.as_deref(), Some(body_id.as_str()));
+        }
+        let bodies: std::collections::BTreeSet<_> = answers.iter().map(|(body, _)| body).collect();
+        assert_eq!(bodies.len(), 20, "a body is never shared across accounts");
+        for account in [&victim, &attacker] {
+            assert_eq!(inbox_rows(store, account).await, 10);
+            let own_bodies = count(
+                store,
+                "SELECT COUNT(*) FROM webhook_inbox i JOIN webhook_bodies b ON b.id = i.raw_body_id \
+                 WHERE i.connector_account_id = $1 AND b.connector_account_id = i.connector_account_id",
+                account,
+            )
+            .await;
+            assert_eq!(own_bodies, 10, "each row names a body of its own account");
+        }
+    }
 }
