@@ -107,9 +107,38 @@ function paced_delay()
     next_at = next_at + interval_ms
     return math.max(0, math.floor(slot - now))
 end
+-- BENCH_SHARE=1: each answer's own latency, paired with its request by the
+-- order number the body echoes, minus the PSP's time from its Server-Timing
+-- header (psp;dur=ms): the gateway's share of every payment (goal 2).
+started = {}
+shares = {}
+psps = {}
+unpaired = 0
+if os.getenv("BENCH_SHARE") == "1" then
+    function response(status, headers, body)
+        local at = now_ms()
+        local order = body and string.match(body, '"merchant_order_no":"([^"]+)"')
+        local timing = headers["server-timing"] or headers["Server-Timing"] or ""
+        local psp = tonumber(string.match(timing, "psp;dur=([%d.]+)"))
+        local from = order and started[order]
+        if from and psp then
+            started[order] = nil
+            table.insert(shares, at - from - psp)
+            table.insert(psps, psp)
+        else
+            unpaired = unpaired + 1
+        end
+    end
+end
+local function percentile(sorted, p)
+    if #sorted == 0 then return 0 end
+    local rank = math.max(1, math.ceil(#sorted * p / 100))
+    return sorted[math.min(rank, #sorted)]
+end
 request = function()
     counter = counter + 1
     local order = string.format("bench-%s-%d-%d", os.getenv("BENCH_PHASE") or "x", thread_id, counter)
+    if response then started[order] = now_ms() end
     local body = string.format('{"amount": 1999, "currency": "EUR", "merchant_order_no": "%s", "capture_mode": "automatic", "connector_account": "$STRIPE_ACCOUNT", "payment_method": "pm_card_visa", "confirm": true}', order)
     return wrk.format("POST", "/v1/payments", {
         ["Authorization"] = "Bearer $API_KEY",
@@ -120,6 +149,19 @@ end
 function done(summary, latency, requests)
     io.write(string.format("LATENCY_US p50=%d p99=%d p999=%d\n",
         latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+    if os.getenv("BENCH_SHARE") ~= "1" then return end
+    local all, all_psp, missing = {}, {}, 0
+    for _, t in ipairs(threads) do
+        for _, v in ipairs(t:get("shares") or {}) do table.insert(all, v) end
+        for _, v in ipairs(t:get("psps") or {}) do table.insert(all_psp, v) end
+        missing = missing + (t:get("unpaired") or 0)
+    end
+    table.sort(all)
+    table.sort(all_psp)
+    io.write(string.format("SHARE_US p50=%d p99=%d p999=%d n=%d unpaired=%d psp_p50=%d psp_p99=%d\n",
+        math.floor(percentile(all, 50) * 1000), math.floor(percentile(all, 99) * 1000),
+        math.floor(percentile(all, 99.9) * 1000), #all, missing,
+        math.floor(percentile(all_psp, 50) * 1000), math.floor(percentile(all_psp, 99) * 1000)))
 end
 LUA
 }

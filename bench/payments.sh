@@ -139,15 +139,23 @@ fi
 
 # Latency at half the maximum rate (goal 2): the same requests on a fixed
 # schedule at half of the run's create+confirm rate, 16 connections so that one
-# is always free. The sandbox PSP answers in process with no latency of its
-# own, so the latency measured is the gateway's share (plus wrk's and the
-# sandbox's code).
+# is always free. Goal 2 is the gateway's share: each answer's latency as wrk
+# saw it minus the time the gateway waited for the sandbox PSP in that request
+# (its Server-Timing header), paired by order number (pay.lua, BENCH_SHARE).
 HALF_RATE="$(python3 -c "print(max(1, int(float('$RPS') / 2)))")"
 HALF_SECONDS=10
 echo "== $BACKEND: create+confirm at half that rate, $HALF_RATE/s for ${HALF_SECONDS}s"
-BENCH_PHASE=half BENCH_RATE="$HALF_RATE" wrk -t2 -c16 -d"${HALF_SECONDS}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/half.txt"
+BENCH_PHASE=half BENCH_SHARE=1 BENCH_RATE="$HALF_RATE" wrk -t2 -c16 -d"${HALF_SECONDS}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/half.txt"
 read -r H_RPS H_P50 H_P99 H_ERR H_TO H_P999 <<<"$(bench_wrk_summary "$WORK/half.txt")"
 echo "   $H_RPS/s achieved, p50 $H_P50 ms  p99 $H_P99 ms  p99.9 $H_P999 ms  non-2xx $H_ERR  timeouts $H_TO"
+read -r S_P50 S_P99 S_P999 S_N S_UNPAIRED PSP_P50 PSP_P99 <<<"$(python3 - "$WORK/half.txt" <<'PY'
+import re, sys
+m = re.search(r"SHARE_US p50=(\d+) p99=(\d+) p999=(\d+) n=(\d+) unpaired=(\d+) psp_p50=(\d+) psp_p99=(\d+)", open(sys.argv[1]).read())
+v = [int(x) for x in m.groups()] if m else [0] * 7
+print(" ".join([f"{x / 1000:.1f}" for x in v[:3]] + [str(v[3]), str(v[4])] + [f"{x / 1000:.2f}" for x in v[5:]]))
+PY
+)"
+echo "   the gateway's share (each answer's latency minus its PSP time): p50 $S_P50 ms  p99 $S_P99 ms  p99.9 $S_P999 ms over $S_N answers ($S_UNPAIRED unpaired); the PSP's time p50 $PSP_P50 ms  p99 $PSP_P99 ms"
 for _ in $(seq 1 300); do
     [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
     sleep 0.1
@@ -259,4 +267,4 @@ fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99"

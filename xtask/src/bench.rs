@@ -129,13 +129,16 @@ fn num(figures: Option<&Figures>, key: &str) -> Option<f64> {
     figures?.get(key)?.parse().ok()
 }
 
-/// The p99 of the paced run at half the maximum rate, only when wrk held the
-/// rate it was asked for (within 10 %): a run that fell behind measured a
-/// queue, not the latency at that rate.
+/// The p99 of the gateway's share (each answer's latency minus the time it
+/// waited for the PSP) in the paced run at half the maximum rate, only when
+/// wrk held the rate it was asked for (within 10 %: a run that fell behind
+/// measured a queue, not the latency at that rate) and every answer was
+/// paired with its request and its PSP time.
 fn paced_p99(figures: Option<&Figures>) -> Option<f64> {
     let asked = num(figures, "half_rate")?;
     let achieved = num(figures, "half_rps")?;
-    (achieved >= 0.9 * asked).then(|| num(figures, "half_p99_ms"))?
+    let paired = num(figures, "half_share_n")? > 0.0 && num(figures, "half_share_unpaired")? == 0.0;
+    (achieved >= 0.9 * asked && paired).then(|| num(figures, "half_share_p99_ms"))?
 }
 
 /// One goal: a measured ratio against its bound.
@@ -171,7 +174,8 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
             bound: 3.0,
         },
         Goal {
-            name: "PostgreSQL p99 at half the maximum rate (the gateway's share), ms",
+            name:
+                "PostgreSQL p99 at half the maximum rate, the gateway's share (minus the PSP's), ms",
             value: paced_p99(pg),
             at_most: true,
             bound: 10.0,

@@ -58,7 +58,8 @@ pub async fn idempotency(
         return next.run(request).await;
     }
     let span = tracing::Span::current();
-    let task = tokio::spawn(run(state, request, next).instrument(span));
+    let work = sluice_orchestrator::psp_wait::carried(run(state, request, next));
+    let task = tokio::spawn(work.instrument(span));
     match task.await {
         Ok(response) => response,
         Err(join_error) => {

@@ -181,8 +181,27 @@ fn v1_routes(state: &MerchantApiState) -> OpenApiRouter<MerchantApiState> {
             auth::require_merchant,
         ))
         .route_layer(middleware::from_fn(request_span))
+        .route_layer(middleware::from_fn(server_timing))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
+
+/// `Server-Timing: psp;dur=…` on every `/v1` answer: the milliseconds the
+/// request waited for PSPs (0 when it made no call, as for a replay), so a
+/// merchant can tell the gateway's share of a latency from the PSP's.
+async fn server_timing(request: Request, next: Next) -> Response {
+    let wait = sluice_orchestrator::psp_wait::PspWait::new();
+    let mut response = wait.clone().scope(next.run(request)).await;
+    let millis = wait.total().as_secs_f64() * 1000.0;
+    let value = format!("psp;dur={millis:.3};desc=\"PSP calls\"");
+    if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+        response.headers_mut().insert(SERVER_TIMING, value);
+    }
+    response
+}
+
+/// The W3C Server Timing header (not among `http`'s constants).
+pub const SERVER_TIMING: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("server-timing");
 
 fn webhook_handlers() -> OpenApiRouter<MerchantApiState> {
     OpenApiRouter::new().routes(routes!(webhooks::receive))

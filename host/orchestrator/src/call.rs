@@ -229,6 +229,7 @@ pub(crate) async fn perform(
     let sent = transport.send(request, &connector.budget).await;
     drop(slot);
     let elapsed = started.elapsed();
+    crate::psp_wait::record(elapsed);
     let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let labels = metrics::CallLabels {
         adapter: connector.adapter.identity().name.as_str(),

@@ -674,7 +674,8 @@ impl Orchestrator {
         span: tracing::Span,
     ) -> Waited<Action> {
         use tracing::Instrument;
-        let task = tokio::spawn(step.instrument(span));
+        // The step's PSP calls count towards the request waiting for it.
+        let task = tokio::spawn(crate::psp_wait::carried(step).instrument(span));
         match tokio::time::timeout(self.config().sync_wait, task).await {
             Ok(Ok(Ok(action))) => Waited::Done(action),
             Ok(Ok(Err(error))) => {

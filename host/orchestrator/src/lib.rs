@@ -47,6 +47,7 @@ pub mod inbox;
 mod keyrings;
 mod metrics;
 mod orchestrator;
+pub mod psp_wait;
 pub mod reconcile;
 mod releases;
 pub mod shadow;

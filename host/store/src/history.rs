@@ -181,7 +181,7 @@ pub(crate) async fn append_all(
             rows.len()
         )));
     }
-    let sql = append_sql(rows.len());
+    let sql = format!("{} RETURNING id", append_sql(rows.len(), 0));
     let mut query = sqlx::query(&sql);
     for h in rows {
         query = bind_row(query, h, now);
@@ -204,26 +204,27 @@ pub(crate) async fn append_all(
     Ok(ids)
 }
 
-fn append_sql(rows: usize) -> String {
+/// The `INSERT` of `rows` history rows whose parameters follow the first
+/// `offset` of the statement ([`bind_row`] binds each row's, in order).
+pub(crate) fn append_sql(rows: usize, offset: usize) -> String {
     let mut sql = String::from(HISTORY_INSERT);
     for row in 0..rows {
         if row > 0 {
             sql.push_str(", ");
         }
         let params: Vec<String> = (1..=HISTORY_COLUMNS)
-            .map(|col| format!("${}", row * HISTORY_COLUMNS + col))
+            .map(|col| format!("${}", offset + row * HISTORY_COLUMNS + col))
             .collect();
         sql.push('(');
         sql.push_str(&params.join(", "));
         sql.push(')');
     }
-    sql.push_str(" RETURNING id");
     sql
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-fn bind_row<'q>(query: AnyQuery<'q>, h: &NewHistory<'q>, now: i64) -> AnyQuery<'q> {
+pub(crate) fn bind_row<'q>(query: AnyQuery<'q>, h: &NewHistory<'q>, now: i64) -> AnyQuery<'q> {
     let adapter = h.provenance.and_then(|p| p.adapter.as_ref());
     query
         .bind(h.payment_id)

@@ -299,3 +299,42 @@ dual_test! {
         assert_eq!(page["has_more"], false, "the only succeeded payment fills the page: {page}");
     }
 }
+
+/// The `psp` duration of a `Server-Timing` header, in milliseconds.
+fn psp_millis(reply: &Reply) -> f64 {
+    let header = reply.headers["server-timing"].to_str().unwrap();
+    let dur = header
+        .strip_prefix("psp;dur=")
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no psp duration in {header:?}"));
+    dur.parse().unwrap()
+}
+
+dual_test! {
+    async fn every_answer_says_in_server_timing_how_long_it_waited_for_the_psp(&gw) {
+        let m = gw.merchant("Acme").await;
+        gw.psp.set_mode(PspRoute::Payments, Mode::Slow(Duration::from_millis(80)));
+        let started = std::time::Instant::now();
+        let created = gw.post(&m.key, "/v1/payments", &confirmed("timing-1", 1000, "automatic", &m.account)).await.expect(201);
+        let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let psp = psp_millis(&created);
+        assert!(psp >= 80.0, "the PSP held its answer 80 ms; Server-Timing says {psp} ms");
+        assert!(psp <= total_ms, "the PSP's share ({psp} ms) is part of the request's {total_ms} ms");
+        assert_eq!(created.json()["status"], "succeeded");
+
+        // A read and a replay call no PSP.
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+        let read = gw.get(&m.key, &format!("/v1/payments/{id}")).await.expect(200);
+        assert_eq!(psp_millis(&read), 0.0);
+        let body = confirmed("timing-2", 1000, "automatic", &m.account);
+        let first = gw.post_idem(&m.key, "timing-key", "/v1/payments", &body).await.expect(201);
+        assert!(psp_millis(&first) >= 80.0);
+        let replay = gw.post_idem(&m.key, "timing-key", "/v1/payments", &body).await.expect(201);
+        assert_eq!(replay.headers["idempotent-replayed"], "true");
+        assert_eq!(psp_millis(&replay), 0.0);
+        // A refused request too.
+        let refused = gw.post(&m.key, "/v1/payments", &json!({"amount": -1})).await;
+        assert_eq!(refused.status, 400);
+        assert_eq!(psp_millis(&refused), 0.0);
+    }
+}

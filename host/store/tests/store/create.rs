@@ -26,7 +26,7 @@ async fn story(store: &sluice_store::Store, payment_id: &str) -> Vec<String> {
         .iter()
         .map(|h| {
             format!(
-                "{} {:?}->{} v{:?}->{} {} {} {}",
+                "{} {:?}->{} v{:?}->{} {} {} {} {:?} {:?} {} {:?} {:?}",
                 h.aggregate_type,
                 h.from_state,
                 h.to_state,
@@ -34,7 +34,12 @@ async fn story(store: &sluice_store::Store, payment_id: &str) -> Vec<String> {
                 h.to_version,
                 h.event_kind,
                 h.decision,
-                h.reason
+                h.reason,
+                h.amount_minor,
+                h.currency,
+                h.evidence_source,
+                h.actor,
+                h.trace_id
             )
         })
         .collect()
@@ -90,6 +95,43 @@ dual_test! {
         assert_eq!(amounts, store.payment_amounts(&apart.id).await.unwrap());
         assert_eq!(story(store, &id).await, story(store, &apart.id).await);
         assert_eq!(story(store, &id).await.len(), 3, "created, the order's move, the attempt's creation");
+        let recorded: Vec<i64> = store.timeline(&id).await.unwrap().iter().map(|h| h.recorded_at).collect();
+        assert_eq!(recorded, vec![attempt.created_at; 3], "one instant for the one transaction");
+    }
+}
+
+dual_test! {
+    async fn two_creates_racing_with_one_order_number_make_one_payment_with_one_attempt(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let create = |id: String| {
+            let store = store.clone();
+            let new = new_payment(&fx.merchant.id, "RACE-1", 500, CaptureMode::Automatic);
+            let attempt = first_attempt(&id, &fx.account.id);
+            async move { store.create_payment_with_attempt(&id, &new, &attempt, &sys()).await }
+        };
+        let (a, b) = tokio::join!(create(store.mint_payment_id()), create(store.mint_payment_id()));
+        let results = [&a, &b];
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{a:?} {b:?}");
+        assert!(results.iter().any(|r| matches!(r, Err(StoreError::Conflict(_)))), "{a:?} {b:?}");
+        assert_eq!(rows_of(store, &fx.merchant.id).await, (1, 1));
+        let (winner, _) = a.as_ref().or(b.as_ref()).unwrap();
+        assert_eq!(store.timeline(&winner.id).await.unwrap().len(), 3);
+    }
+}
+
+dual_test! {
+    async fn a_payment_for_a_merchant_that_does_not_exist_creates_nothing(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let id = store.mint_payment_id();
+        let new = new_payment("mer_nobody", "GHOST-1", 500, CaptureMode::Automatic);
+        let refused = store
+            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+            .await;
+        assert!(matches!(refused, Err(StoreError::NotFound { .. })), "{refused:?}");
+        assert_eq!(rows_of(store, &fx.merchant.id).await, (0, 0));
+        assert!(store.timeline(&id).await.unwrap().is_empty());
     }
 }
 
