@@ -22,6 +22,7 @@
 //! (a version-preserving update), so every recorded decision was taken on the
 //! state that was current when it committed.
 
+pub(crate) mod batch;
 mod locate;
 mod operator;
 
@@ -37,7 +38,8 @@ use crate::payments::{
     self, attempt_in, capture_in, command_kind, order_and_amounts_in, order_in, refund_in,
     PaymentAmounts, PaymentAttempt, PaymentOrder,
 };
-use crate::{Env, Store, StoreError};
+use crate::{Backend, Env, Store, StoreError};
+use batch::{Batch, Bind, Expect, Outcome, Write};
 use sluice_core::{
     cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, Aggregate,
     AttemptState, CaptureState, CompensationRefundOutcome, Decision, Effect, EventIdentity,
@@ -586,161 +588,209 @@ impl Store {
         plan: &Plan<'_>,
         now: i64,
     ) -> Result<Step<Applied>, StoreError> {
-        let verdict = &plan.verdict;
-        let order = &plan.order;
+        let moves = self.moves(plan, now)?;
+        let mut batch = Batch::default();
+        batch.push(cas_order_write(&plan.order, moves.order_state, None, now));
+        if let Some(update) = &moves.update {
+            batch.push(update.to_write());
+        }
+        if let (Some(state), Some(attempt)) = (plan.verdict.cascade_attempt, &plan.capture_attempt)
+        {
+            batch.push(cascade_write(attempt, state, now));
+        }
+        let amounts: Vec<Write> = (plan.verdict.effects.iter())
+            .filter_map(|effect| amount_write(&plan.order.id, effect))
+            .collect();
+        if amounts.len() > 1 {
+            // Each moves the one amounts row.
+            batch.one_by_one();
+        }
+        amounts.into_iter().for_each(|w| batch.push(w));
+        let (history, subject_row) = self.applied_history(plan, &moves, now)?;
+        batch.push(history);
+        let mut outbox_event_ids = Vec::new();
+        for (write, id) in self.applied_outbox(plan, &moves, now) {
+            batch.push(write);
+            outbox_event_ids.push(id);
+        }
+        let outcome = batch.run(tx, self.backend).await;
+        let Outcome::Done(mut history_ids) = outcome.map_err(|e| moves.conflict(e, plan))? else {
+            return Ok(Step::Retry);
+        };
+        // The subject's row is named first (the batch returned one id per
+        // history row, so `subject_row` is in range).
+        let subject_id = history_ids.remove(subject_row);
+        history_ids.insert(0, subject_id);
+        if !self.follow_fulfillment(tx, plan, &moves, now).await? {
+            return Ok(Step::Retry);
+        }
         let subject = &plan.subject;
-        let identity = plan.identity();
+        Ok(Step::Done(Applied {
+            decision: DecisionKind::Applied,
+            reason: plan.verdict.reason.clone(),
+            payment_id: plan.order.id.clone(),
+            aggregate: subject.aggregate,
+            aggregate_id: subject.id.clone(),
+            from_state: subject.state.to_owned(),
+            to_state: moves.new_state.to_owned(),
+            aggregate_version: moves.subject_version,
+            payment_version: moves.payment_version,
+            order_state: moves.order_state,
+            history_ids,
+            outbox_event_ids,
+            tries: 1,
+        }))
+    }
+
+    /// What an applied decision moves, worked out before anything is written.
+    fn moves<'p>(&self, plan: &'p Plan<'_>, now: i64) -> Result<Moves<'p>, StoreError> {
+        let verdict = &plan.verdict;
         let (new_state, terminal) = verdict
             .new_state
             .ok_or_else(|| StoreError::Unapplicable("applied decision without a state".into()))?;
-        let order_state = verdict.cascade_order.unwrap_or(order.state);
         // The core already checked the movements against the snapshot; the
-        // conditional updates below and the CHECKs are the database's own net.
+        // conditional updates and the CHECKs are the database's own net.
         let amounts_after = plan
             .amounts
             .to_core()?
             .apply_all(&verdict.effects)
             .map_err(|e| StoreError::AmountInvariant(e.to_string()))?;
-
-        if !cas_order(tx, order, order_state, None, now).await? {
-            return Ok(Step::Retry);
-        }
-        let payment_version = order.version + 1;
-        let subject_version = if subject.aggregate == Aggregate::Order {
-            payment_version
-        } else {
-            let update = SubjectUpdate::new(plan, new_state, terminal, now, self.query_delay_ms);
-            match update.write(tx).await {
-                Ok(true) => subject.version + 1,
-                Ok(false) => return Ok(Step::Retry),
-                Err(e) if e.is_unique_violation() => {
-                    return Err(StoreError::Conflict(format!(
-                        "PSP reference {:?} already belongs to another {}",
-                        update.psp_reference.unwrap_or_default(),
-                        subject.aggregate
-                    )))
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        // One statement for the decision's history rows, in this order: the
-        // attempt a capture cascades to, the subject, the order it moves.
-        let mut rows = Vec::with_capacity(3);
-        let cascade_reason = format!("follows capture {}: {}", subject.id, verdict.reason);
-        if let (Some(attempt_state), Some(attempt)) =
-            (verdict.cascade_attempt, &plan.capture_attempt)
-        {
-            if !cas_attempt_cascade(tx, attempt, attempt_state, now).await? {
-                return Ok(Step::Retry);
-            }
-            rows.push(self.history_row(
-                plan,
-                "attempt",
-                &attempt.id,
-                attempt.state.as_str(),
-                attempt_state.as_str(),
-                (attempt.version, attempt.version + 1),
-                DecisionKind::Applied,
-                &cascade_reason,
-                identity.as_ref(),
-            ));
-        }
-        for effect in &verdict.effects {
-            apply_amount_effect(tx, &order.id, effect).await?;
-        }
-        let subject_row = rows.len();
-        rows.push(self.history_row(
-            plan,
-            subject.aggregate.as_str(),
-            &subject.id,
-            subject.state,
+        let payment_version = plan.order.version + 1;
+        let update = (plan.subject.aggregate != Aggregate::Order)
+            .then(|| SubjectUpdate::new(plan, new_state, terminal, now, self.query_delay_ms));
+        Ok(Moves {
             new_state,
-            (subject.version, subject_version),
-            DecisionKind::Applied,
-            &verdict.reason,
-            identity.as_ref(),
-        ));
+            terminal,
+            order_state: verdict.cascade_order.unwrap_or(plan.order.state),
+            payment_version,
+            subject_version: match update {
+                Some(_) => plan.subject.version + 1,
+                None => payment_version,
+            },
+            amounts_after,
+            update,
+        })
+    }
+
+    /// The decision's history rows as one write, in this order: the attempt a
+    /// capture cascades to, the subject, the order it moves; and which of them
+    /// is the subject's.
+    fn applied_history(
+        &self,
+        plan: &Plan<'_>,
+        moves: &Moves<'_>,
+        now: i64,
+    ) -> Result<(Write, usize), StoreError> {
+        let (verdict, order, subject) = (&plan.verdict, &plan.order, &plan.subject);
+        let identity = plan.identity();
+        let row = |kind: &'static str, id, from, to, versions, reason| {
+            self.history_row(
+                plan,
+                kind,
+                id,
+                from,
+                to,
+                versions,
+                DecisionKind::Applied,
+                reason,
+                identity.as_ref(),
+            )
+        };
+        let cascade_reason = format!("follows capture {}: {}", subject.id, verdict.reason);
         let order_reason = format!(
             "follows {} {}: {}",
             subject.aggregate, subject.id, verdict.reason
         );
-        if subject.aggregate != Aggregate::Order && order_state != order.state {
-            rows.push(self.history_row(
-                plan,
+        let mut rows = Vec::with_capacity(3);
+        if let (Some(state), Some(attempt)) = (verdict.cascade_attempt, &plan.capture_attempt) {
+            let versions = (attempt.version, attempt.version + 1);
+            rows.push(row(
+                "attempt",
+                &attempt.id,
+                attempt.state.as_str(),
+                state.as_str(),
+                versions,
+                &cascade_reason,
+            ));
+        }
+        let subject_row = rows.len();
+        let versions = (subject.version, moves.subject_version);
+        rows.push(row(
+            subject.aggregate.as_str(),
+            &subject.id,
+            subject.state,
+            moves.new_state,
+            versions,
+            &verdict.reason,
+        ));
+        if subject.aggregate != Aggregate::Order && moves.order_state != order.state {
+            let versions = (order.version, moves.payment_version);
+            rows.push(row(
                 "order",
                 &order.id,
                 order.state.as_str(),
-                order_state.as_str(),
-                (order.version, payment_version),
-                DecisionKind::Applied,
+                moves.order_state.as_str(),
+                versions,
                 &order_reason,
-                identity.as_ref(),
             ));
         }
-        let mut history_ids = history::append_all(tx, &rows, now).await?;
-        // The subject's row is named first (`append_all` returns one id per
-        // row, so `subject_row` is in range).
-        let subject_id = history_ids.remove(subject_row);
-        history_ids.insert(0, subject_id);
-        let mut outbox_event_ids = Vec::new();
-        for event in verdict.emits() {
-            let payload = outbox_payload(
-                plan,
-                event,
-                new_state,
-                order_state,
-                payment_version,
-                &amounts_after,
-                now,
-            );
-            let id = outbox::insert(
-                tx,
-                &NewOutboxEvent {
+        Ok((history::append_write(&rows, now)?, subject_row))
+    }
+
+    /// The decision's outbox events as writes, each with the event id minted for it.
+    fn applied_outbox(&self, plan: &Plan<'_>, moves: &Moves<'_>, now: i64) -> Vec<(Write, String)> {
+        let (order, subject) = (&plan.order, &plan.subject);
+        plan.verdict
+            .emits()
+            .map(|event| {
+                let payload = outbox_payload(
+                    plan,
+                    event,
+                    moves.new_state,
+                    moves.order_state,
+                    moves.payment_version,
+                    &moves.amounts_after,
+                    now,
+                );
+                let new = NewOutboxEvent {
                     event_type: event.as_str(),
                     payment_id: &order.id,
                     merchant_id: &order.merchant_id,
                     aggregate_type: subject.aggregate.as_str(),
                     aggregate_id: &subject.id,
-                    payment_version,
+                    payment_version: moves.payment_version,
                     payload,
-                },
-                self.at(now),
-            )
-            .await?;
-            outbox_event_ids.push(id);
-        }
-        // The fulfillment follows the payment in this same transaction.
-        if let Some(input) =
-            fulfillment_follow_up(tx, plan, new_state, terminal, order_state).await?
-        {
-            let followed = fulfillment::follow_payment_in(
-                tx,
-                &order.id,
-                input,
-                plan.provenance,
-                &self.fulfillment_policy,
-                self.at(now),
-            )
-            .await?;
-            if let Step::Retry = followed {
-                return Ok(Step::Retry);
-            }
-        }
-        Ok(Step::Done(Applied {
-            decision: DecisionKind::Applied,
-            reason: verdict.reason.clone(),
-            payment_id: order.id.clone(),
-            aggregate: subject.aggregate,
-            aggregate_id: subject.id.clone(),
-            from_state: subject.state.to_owned(),
-            to_state: new_state.to_owned(),
-            aggregate_version: subject_version,
-            payment_version,
-            order_state,
-            history_ids,
-            outbox_event_ids,
-            tries: 1,
-        }))
+                };
+                outbox::insert_write(&new, self.at(now))
+            })
+            .collect()
+    }
+
+    /// The fulfillment follows the payment in the same transaction; false
+    /// when its own compare-and-set missed (decide again).
+    async fn follow_fulfillment(
+        &self,
+        tx: &mut Tx,
+        plan: &Plan<'_>,
+        moves: &Moves<'_>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let follow_up =
+            fulfillment_follow_up(tx, plan, moves.new_state, moves.terminal, moves.order_state)
+                .await?;
+        let Some(input) = follow_up else {
+            return Ok(true);
+        };
+        let followed = fulfillment::follow_payment_in(
+            tx,
+            &plan.order.id,
+            input,
+            plan.provenance,
+            &self.fulfillment_policy,
+            self.at(now),
+        )
+        .await?;
+        Ok(!matches!(followed, Step::Retry))
     }
 
     async fn carry_out_unapplied(
@@ -982,6 +1032,33 @@ async fn read_head(tx: &mut Tx, input: &ApplyEvent) -> Result<Head, StoreError> 
     })
 }
 
+/// What an applied decision moves ([`Store::moves`]).
+struct Moves<'a> {
+    new_state: &'static str,
+    terminal: bool,
+    order_state: OrderState,
+    payment_version: i64,
+    subject_version: i64,
+    amounts_after: sluice_core::Amounts,
+    /// The subject row's update; none when the subject is the order itself.
+    update: Option<SubjectUpdate<'a>>,
+}
+
+impl Moves<'_> {
+    /// A unique violation among the decision's writes: only the subject's
+    /// PSP reference is unique among them.
+    fn conflict(&self, e: StoreError, plan: &Plan<'_>) -> StoreError {
+        match &self.update {
+            Some(update) if e.is_unique_violation() => StoreError::Conflict(format!(
+                "PSP reference {:?} already belongs to another {}",
+                update.psp_reference.as_deref().unwrap_or_default(),
+                plan.subject.aggregate
+            )),
+            _ => e,
+        }
+    }
+}
+
 /// The column writes of an applied decision on the subject row.
 struct SubjectUpdate<'a> {
     table: &'static str,
@@ -1065,8 +1142,8 @@ impl<'a> SubjectUpdate<'a> {
         }
     }
 
-    /// CAS the subject row; false when its version moved.
-    async fn write(&self, tx: &mut Tx) -> Result<bool, StoreError> {
+    /// CAS the subject row ([`Expect::OneRow`]: it misses when its version moved).
+    fn to_write(&self) -> Write {
         let action_col = if self.table == "payment_attempts" {
             ", next_action_url = COALESCE($12, next_action_url), \
                 authorized_at = COALESCE(authorized_at, $13), \
@@ -1089,28 +1166,33 @@ impl<'a> SubjectUpdate<'a> {
             table = self.table
         );
         let failure = self.failure.as_ref();
-        let mut query = sqlx::query(&sql)
-            .bind(self.id)
-            .bind(self.version)
-            .bind(self.state)
-            .bind(self.last_event_identity.as_deref())
-            .bind(self.psp_reference.as_deref())
-            .bind(self.next_retry_time)
-            .bind(failure.map(|f| f.0.as_str()))
-            .bind(failure.map(|f| f.1.as_str()))
-            .bind(failure.map(|f| f.2.as_str()))
-            .bind(self.now)
-            .bind(self.last_psp_call_at);
+        let mut binds: Vec<Bind> = vec![
+            self.id.into(),
+            self.version.into(),
+            self.state.into(),
+            self.last_event_identity.as_deref().into(),
+            self.psp_reference.as_deref().into(),
+            self.next_retry_time.into(),
+            failure.map(|f| f.0.as_str()).into(),
+            failure.map(|f| f.1.as_str()).into(),
+            failure.map(|f| f.2.as_str()).into(),
+            self.now.into(),
+            self.last_psp_call_at.into(),
+        ];
         if self.table == "payment_attempts" {
-            query = query
-                .bind(self.next_action_url.as_deref())
-                .bind(self.authorized_at)
-                .bind(self.void_requested_at)
-                .bind(self.pin.map(|pin| pin.version.as_str()))
-                .bind(self.pin.map(|pin| pin.digest.as_str()));
+            binds.extend([
+                self.next_action_url.as_deref().into(),
+                self.authorized_at.into(),
+                self.void_requested_at.into(),
+                self.pin.map(|pin| pin.version.as_str()).into(),
+                self.pin.map(|pin| pin.digest.as_str()).into(),
+            ]);
         }
-        let done = query.execute(&mut **tx).await?;
-        Ok(done.rows_affected() == 1)
+        Write {
+            sql,
+            binds,
+            expect: Expect::OneRow,
+        }
     }
 }
 
@@ -1135,20 +1217,32 @@ async fn cas_order(
     review_reason: Option<&str>,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4, \
-            manual_review = CASE WHEN $5 IS NULL THEN manual_review ELSE 1 END, \
-            manual_review_reason = COALESCE($5, manual_review_reason) \
-         WHERE id = $1 AND version = $2",
-    )
-    .bind(&order.id)
-    .bind(order.version)
-    .bind(state.as_str())
-    .bind(now)
-    .bind(review_reason)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    let mut one = Batch::default();
+    one.push(cas_order_write(order, state, review_reason, now));
+    Ok(one.run(tx, Backend::Sqlite).await? != Outcome::Retry)
+}
+
+fn cas_order_write(
+    order: &PaymentOrder,
+    state: OrderState,
+    review_reason: Option<&str>,
+    now: i64,
+) -> Write {
+    Write {
+        sql: "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4, \
+                manual_review = CASE WHEN $5 IS NULL THEN manual_review ELSE 1 END, \
+                manual_review_reason = COALESCE($5, manual_review_reason) \
+             WHERE id = $1 AND version = $2"
+            .to_owned(),
+        binds: vec![
+            order.id.as_str().into(),
+            order.version.into(),
+            state.as_str().into(),
+            now.into(),
+            review_reason.into(),
+        ],
+        expect: Expect::OneRow,
+    }
 }
 
 /// Check (and on PostgreSQL, lock until commit) that the order is still at
@@ -1164,39 +1258,33 @@ async fn confirm_order(tx: &mut Tx, order: &PaymentOrder) -> Result<bool, StoreE
 }
 
 /// The attempt follows its first successful capture.
-async fn cas_attempt_cascade(
-    tx: &mut Tx,
-    attempt: &PaymentAttempt,
-    state: AttemptState,
-    now: i64,
-) -> Result<bool, StoreError> {
+fn cascade_write(attempt: &PaymentAttempt, state: AttemptState, now: i64) -> Write {
     let next_retry: Option<i64> = if state.is_terminal() {
         None
     } else {
         attempt.next_retry_time
     };
-    let done = sqlx::query(
-        "UPDATE payment_attempts SET state = $3, version = version + 1, next_retry_time = $4, \
-            updated_at = $5 WHERE id = $1 AND version = $2",
-    )
-    .bind(&attempt.id)
-    .bind(attempt.version)
-    .bind(state.as_str())
-    .bind(next_retry)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    Write {
+        sql:
+            "UPDATE payment_attempts SET state = $3, version = version + 1, next_retry_time = $4, \
+                updated_at = $5 WHERE id = $1 AND version = $2"
+                .to_owned(),
+        binds: vec![
+            attempt.id.as_str().into(),
+            attempt.version.into(),
+            state.as_str().into(),
+            next_retry.into(),
+            now.into(),
+        ],
+        expect: Expect::OneRow,
+    }
 }
 
-/// One amount effect as a conditional update. The condition restates the
-/// invariant the movement needs, so a row that does not allow it is left
-/// alone and the whole transaction fails instead of writing a wrong amount.
-async fn apply_amount_effect(
-    tx: &mut Tx,
-    payment_id: &str,
-    effect: &Effect,
-) -> Result<(), StoreError> {
+/// One amount effect as a conditional update, if it moves an amount. The
+/// condition restates the invariant the movement needs, so a row that does
+/// not allow it is left alone and the whole transaction fails
+/// ([`Expect::Amount`]) instead of writing a wrong amount.
+fn amount_write(payment_id: &str, effect: &Effect) -> Option<Write> {
     let (set, condition, amount) = match *effect {
         Effect::RecordAuthorization { amount_minor } => (
             "authorized_minor = $2",
@@ -1247,21 +1335,15 @@ async fn apply_amount_effect(
         | Effect::RecordNextAction { .. }
         | Effect::Emit(_)
         | Effect::ScheduleQuery
-        | Effect::RecordVoidRequest => return Ok(()),
+        | Effect::RecordVoidRequest => return None,
     };
-    let done = sqlx::query(&format!(
-        "UPDATE payment_amounts SET {set} WHERE payment_id = $1 AND {condition}"
-    ))
-    .bind(payment_id)
-    .bind(amount)
-    .execute(&mut **tx)
-    .await?;
-    if done.rows_affected() != 1 {
-        return Err(StoreError::AmountInvariant(format!(
+    Some(Write {
+        sql: format!("UPDATE payment_amounts SET {set} WHERE payment_id = $1 AND {condition}"),
+        binds: vec![payment_id.into(), amount.into()],
+        expect: Expect::Amount(format!(
             "{effect:?} does not fit the amounts of payment {payment_id}"
-        )));
-    }
-    Ok(())
+        )),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

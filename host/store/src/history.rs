@@ -2,6 +2,7 @@
 //! applied or not, with its evidence. The database refuses UPDATE and DELETE.
 
 use crate::db::{int, opt_int, opt_text, text, Tx};
+use crate::door::batch::{Bind, Expect, Write};
 use crate::{Store, StoreError};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -224,34 +225,56 @@ pub(crate) fn append_sql(rows: usize, offset: usize) -> String {
 
 pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-pub(crate) fn bind_row<'q>(query: AnyQuery<'q>, h: &NewHistory<'q>, now: i64) -> AnyQuery<'q> {
+pub(crate) fn bind_row<'q>(query: AnyQuery<'q>, h: &NewHistory<'_>, now: i64) -> AnyQuery<'q> {
+    crate::door::batch::bind_all(query, row_binds(h, now))
+}
+
+/// The values of one row of [`append_sql`], in its columns' order.
+fn row_binds(h: &NewHistory<'_>, now: i64) -> Vec<Bind> {
     let adapter = h.provenance.and_then(|p| p.adapter.as_ref());
-    query
-        .bind(h.payment_id)
-        .bind(h.aggregate_type)
-        .bind(h.aggregate_id)
-        .bind(h.from_state)
-        .bind(h.to_state)
-        .bind(h.from_version)
-        .bind(h.to_version)
-        .bind(h.event_kind)
-        .bind(h.evidence_source)
-        .bind(h.provider_event_id)
-        .bind(h.psp_reference)
-        .bind(h.event_identity)
-        .bind(h.amount_minor)
-        .bind(h.currency)
-        .bind(h.raw_status)
-        .bind(h.failure_code)
-        .bind(h.decision)
-        .bind(h.reason)
-        .bind(adapter.map(|a| a.name.as_str()))
-        .bind(adapter.map(|a| a.version.as_str()))
-        .bind(adapter.map(|a| a.digest.as_str()))
-        .bind(h.provenance.and_then(|p| p.actor.as_deref()))
-        .bind(h.provenance.and_then(|p| p.trace_id.as_deref()))
-        .bind(h.inbox_id)
-        .bind(now)
+    vec![
+        h.payment_id.into(),
+        h.aggregate_type.into(),
+        h.aggregate_id.into(),
+        h.from_state.into(),
+        h.to_state.into(),
+        h.from_version.into(),
+        h.to_version.into(),
+        h.event_kind.into(),
+        h.evidence_source.into(),
+        h.provider_event_id.into(),
+        h.psp_reference.into(),
+        h.event_identity.into(),
+        h.amount_minor.into(),
+        h.currency.into(),
+        h.raw_status.into(),
+        h.failure_code.into(),
+        h.decision.into(),
+        h.reason.into(),
+        adapter.map(|a| a.name.as_str()).into(),
+        adapter.map(|a| a.version.as_str()).into(),
+        adapter.map(|a| a.digest.as_str()).into(),
+        h.provenance.and_then(|p| p.actor.as_deref()).into(),
+        h.provenance.and_then(|p| p.trace_id.as_deref()).into(),
+        h.inbox_id.into(),
+        now.into(),
+    ]
+}
+
+/// [`append_all`] as a write of a door's batch: the rows' ids come back in
+/// the batch's outcome.
+pub(crate) fn append_write(rows: &[NewHistory<'_>], now: i64) -> Result<Write, StoreError> {
+    if rows.is_empty() || rows.len() > MAX_ROWS_PER_APPEND {
+        return Err(StoreError::Unapplicable(format!(
+            "{} history rows in one statement (1 to {MAX_ROWS_PER_APPEND})",
+            rows.len()
+        )));
+    }
+    Ok(Write {
+        sql: append_sql(rows.len(), 0),
+        binds: rows.iter().flat_map(|h| row_binds(h, now)).collect(),
+        expect: Expect::Ids(rows.len()),
+    })
 }
 
 impl Store {

@@ -4,6 +4,7 @@
 //! on them.
 
 use crate::db::{int, opt_int, opt_text, text, Tx};
+use crate::door::batch::{Expect, Write};
 use crate::ids::{self, At};
 use crate::{Backend, Store, StoreError};
 use sqlx::any::AnyRow;
@@ -75,25 +76,35 @@ pub(crate) async fn insert(
     event: &NewOutboxEvent<'_>,
     at: At<'_>,
 ) -> Result<String, StoreError> {
-    let now = at.now;
-    let event_id = ids::outbox_event(at.env);
-    sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, partition_key, merchant_id, aggregate_type, \
-            aggregate_id, payment_version, payload, status, attempts, next_attempt_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9)",
-    )
-    .bind(&event_id)
-    .bind(event.event_type)
-    .bind(event.payment_id)
-    .bind(event.merchant_id)
-    .bind(event.aggregate_type)
-    .bind(event.aggregate_id)
-    .bind(event.payment_version)
-    .bind(event.payload.to_string())
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
+    let (write, event_id) = insert_write(event, at);
+    crate::door::batch::bind_all(sqlx::query(&write.sql), write.binds)
+        .execute(&mut **tx)
+        .await?;
     Ok(event_id)
+}
+
+/// One outbox row as a write of a door's batch, and the event id minted for it.
+pub(crate) fn insert_write(event: &NewOutboxEvent<'_>, at: At<'_>) -> (Write, String) {
+    let event_id = ids::outbox_event(at.env);
+    let write = Write {
+        sql: "INSERT INTO outbox (event_id, event_type, partition_key, merchant_id, aggregate_type, \
+                aggregate_id, payment_version, payload, status, attempts, next_attempt_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9)"
+            .to_owned(),
+        binds: vec![
+            event_id.as_str().into(),
+            event.event_type.into(),
+            event.payment_id.into(),
+            event.merchant_id.into(),
+            event.aggregate_type.into(),
+            event.aggregate_id.into(),
+            event.payment_version.into(),
+            event.payload.to_string().as_str().into(),
+            at.now.into(),
+        ],
+        expect: Expect::OneRow,
+    };
+    (write, event_id)
 }
 
 impl Store {

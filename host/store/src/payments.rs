@@ -853,6 +853,8 @@ struct AttemptBasis<'a> {
     order: &'a PaymentOrder,
     amounts: &'a PaymentAmounts,
     latest: Option<PaymentAttempt>,
+    /// The new attempt's id when the caller drew it already.
+    attempt_id: Option<String>,
 }
 
 impl Store {
@@ -896,9 +898,13 @@ impl Store {
         let order = new_order(payment_id.to_owned(), new, self.now_ms())?;
         let amounts = new_amounts(&order);
         let mut tx = self.begin_write().await?;
+        // Drawn first on both backends, so that the simulator's seeds draw
+        // the same ids on both whether the insert succeeds or not.
+        let attempt_id = ids::attempt(&self.env);
         let at_once = match self.backend {
             Backend::Postgres => {
-                self.start_with_new_order(&mut tx, &order, &amounts, attempt, &account, provenance)
+                let first = (attempt, attempt_id.clone());
+                self.start_with_new_order(&mut tx, &order, &amounts, first, &account, provenance)
                     .await?
             }
             Backend::Sqlite => None,
@@ -911,6 +917,7 @@ impl Store {
                     order: &order,
                     amounts: &amounts,
                     latest: None,
+                    attempt_id: Some(attempt_id),
                 };
                 let lead = created_row(&order, provenance);
                 self.start_attempt_on(&mut tx, basis, attempt, &account, provenance, Some(lead))
@@ -942,7 +949,7 @@ impl Store {
     /// [`Self::start_attempt_on`], with the order inserted as that decision
     /// leaves it instead of inserted and then moved (one round trip instead
     /// of five; the database's CHECKs, foreign keys and unique indexes apply
-    /// as before). `None`, having written and drawn nothing, when the start
+    /// as before). `None`, having written nothing, when the start
     /// is not plain (another merchant's account, a refusal): the caller then
     /// takes the step-by-step path, whose errors and evidence are the ones to
     /// give.
@@ -951,7 +958,7 @@ impl Store {
         tx: &mut Tx,
         order: &PaymentOrder,
         amounts: &PaymentAmounts,
-        new: &NewAttempt,
+        (new, attempt_id): (&NewAttempt, String),
         account: &ConnectorCredentials,
         provenance: &Provenance,
     ) -> Result<Option<PaymentAttempt>, StoreError> {
@@ -966,7 +973,7 @@ impl Store {
             return Ok(None);
         };
         let now = self.now_ms();
-        let attempt = new_attempt(order, account, new, 1, self.at(now));
+        let attempt = new_attempt(order, account, new, 1, attempt_id, self.at(now));
         let reason = created_reason(new);
         let started = Started {
             order,
@@ -1061,6 +1068,7 @@ impl Store {
             order: &order,
             amounts: &amounts,
             latest,
+            attempt_id: None,
         };
         self.start_attempt_on(tx, basis, new, account, provenance, None)
             .await
@@ -1082,6 +1090,7 @@ impl Store {
             order,
             amounts,
             latest,
+            attempt_id,
         } = basis;
         if account.merchant_id != order.merchant_id {
             return Err(StoreError::not_found(
@@ -1115,7 +1124,8 @@ impl Store {
             return Ok(Step::Retry);
         }
         let attempt_no = latest.as_ref().map_or(1, |a| a.attempt_no + 1);
-        let attempt = new_attempt(order, account, new, attempt_no, self.at(now));
+        let attempt_id = attempt_id.unwrap_or_else(|| ids::attempt(&self.env));
+        let attempt = new_attempt(order, account, new, attempt_no, attempt_id, self.at(now));
         if let Err(e) = insert_attempt(tx, &attempt).await {
             if e.is_unique_violation() {
                 // The partial unique index is the last net behind decide_order.
@@ -1610,11 +1620,12 @@ fn new_attempt(
     account: &ConnectorCredentials,
     new: &NewAttempt,
     attempt_no: i64,
+    id: String,
     at: crate::ids::At<'_>,
 ) -> PaymentAttempt {
     let now = at.now;
     PaymentAttempt {
-        id: ids::attempt(at.env),
+        id,
         payment_id: order.id.clone(),
         attempt_no,
         reference: ids::attempt_reference(&order.id, attempt_no),

@@ -627,3 +627,67 @@ dual_test! {
         assert_eq!(plain.last_psp_call_at, voiding.last_psp_call_at);
     }
 }
+
+dual_test! {
+    /// The database's net under the core: amounts another writer changed after
+    /// the door read them make the movement's conditional update find no row,
+    /// and the whole decision (on PostgreSQL one statement with the order's and
+    /// the attempt's updates, its history and its outbox event) is rolled back.
+    /// On SQLite the writer is serialised before the door reads, and the core
+    /// sends the payment to reconciliation on the fresh amounts. Either way
+    /// nothing is captured twice and the attempt does not move.
+    async fn amounts_that_change_under_a_decision_are_never_moved_twice(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let (payment, attempt) = fx.submitted(store, "AMT-1", 100, CaptureMode::Automatic).await;
+        let history_before = store.timeline(&payment.id).await.unwrap().len();
+        let version_before = store.get_payment(None, &payment.id).await.unwrap().version;
+
+        let mut writer = match db.backend {
+            sluice_store::Backend::Sqlite => store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap(),
+            sluice_store::Backend::Postgres => store.pool().begin().await.unwrap(),
+        };
+        sqlx::query("UPDATE payment_amounts SET authorized_minor = 100, captured_minor = 100 WHERE payment_id = $1")
+            .bind(&payment.id)
+            .execute(&mut *writer)
+            .await
+            .unwrap();
+        let racer = {
+            let store = store.clone();
+            let apply = on_attempt(&attempt, event(EventKind::PaymentSucceeded, EvidenceSource::SyncResponse));
+            tokio::spawn(async move { store.apply_event(&apply).await })
+        };
+        if db.backend == sluice_store::Backend::Postgres {
+            // The door has read the old amounts and waits on the writer's row lock.
+            sluice_test_support::eventually(std::time::Duration::from_secs(10), "the door waiting on the amounts row", || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                (waiting > 0).then_some(())
+            })
+            .await;
+        }
+        writer.commit().await.unwrap();
+        let outcome = racer.await.unwrap();
+
+        let amounts = store.payment_amounts(&payment.id).await.unwrap();
+        assert_eq!((amounts.authorized_minor, amounts.captured_minor), (100, 100), "the writer's, once");
+        assert_eq!(store.get_attempt(&attempt.id).await.unwrap().state, AttemptState::Submitted);
+        match db.backend {
+            sluice_store::Backend::Postgres => {
+                assert!(matches!(outcome, Err(StoreError::AmountInvariant(_))), "{outcome:?}");
+                assert_eq!(store.get_payment(None, &payment.id).await.unwrap().version, version_before);
+                assert_eq!(store.timeline(&payment.id).await.unwrap().len(), history_before);
+                assert!(store.outbox_for_payment(&payment.id).await.unwrap().is_empty());
+            }
+            sluice_store::Backend::Sqlite => {
+                let applied = outcome.unwrap();
+                assert_eq!(applied.decision, DecisionKind::NeedsReconciliation, "{applied:?}");
+            }
+        }
+    }
+}

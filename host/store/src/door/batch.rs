@@ -1,0 +1,297 @@
+//! The writes of one applied decision, each with what it must do for the
+//! decision to hold. On SQLite they run one after the other and stop at the
+//! first that does not hold; on PostgreSQL they run as one statement (one
+//! data-modifying CTE per write), which saves a round trip per write, and
+//! are then checked in the same order, so the outcome is the one the writes
+//! one by one would give. Either way they run inside the door's transaction,
+//! which the caller rolls back on anything but [`Outcome::Done`].
+//!
+//! One statement cannot change one row twice (PostgreSQL would apply only one
+//! of the changes), so a batch whose writes may touch the same row is run one
+//! by one on PostgreSQL too ([`Batch::one_by_one`]).
+
+use sqlx::Row;
+
+use crate::db::Tx;
+use crate::history::AnyQuery;
+use crate::{Backend, StoreError};
+
+/// A bound value. Owned, so a batch can outlive the values it was built from.
+#[derive(Debug, Clone)]
+pub(crate) enum Bind {
+    Text(Option<String>),
+    Int(Option<i64>),
+}
+
+impl From<&str> for Bind {
+    fn from(v: &str) -> Self {
+        Bind::Text(Some(v.to_owned()))
+    }
+}
+impl From<Option<&str>> for Bind {
+    fn from(v: Option<&str>) -> Self {
+        Bind::Text(v.map(str::to_owned))
+    }
+}
+impl From<i64> for Bind {
+    fn from(v: i64) -> Self {
+        Bind::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Bind {
+    fn from(v: Option<i64>) -> Self {
+        Bind::Int(v)
+    }
+}
+
+/// What a write must do for the decision to hold.
+#[derive(Debug, Clone)]
+pub(crate) enum Expect {
+    /// Exactly one row. An update that finds none lost a compare-and-set
+    /// (another writer moved the row first) and the decision is taken again
+    /// ([`Outcome::Retry`]); an insert always writes its row or fails.
+    OneRow,
+    /// An amount movement: exactly one row, else the amounts do not allow it
+    /// and the transaction fails with this message.
+    Amount(String),
+    /// An insert of this many rows that returns their `id`s.
+    Ids(usize),
+}
+
+/// One write: its SQL with parameters `$1`, `$2`, … and their values, and
+/// no `RETURNING` (the batch adds what it reads back).
+#[derive(Debug, Clone)]
+pub(crate) struct Write {
+    pub sql: String,
+    pub binds: Vec<Bind>,
+    pub expect: Expect,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    writes: Vec<Write>,
+    one_by_one: bool,
+}
+
+/// How a batch went.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Every write held; the ids of its inserts, in the order of their rows.
+    Done(Vec<i64>),
+    /// A compare-and-set missed: decide again.
+    Retry,
+}
+
+impl Batch {
+    pub fn push(&mut self, write: Write) {
+        self.writes.push(write);
+    }
+
+    /// Run these writes one by one on every backend (they may touch one row twice).
+    pub fn one_by_one(&mut self) {
+        self.one_by_one = true;
+    }
+
+    pub async fn run(&self, tx: &mut Tx, backend: Backend) -> Result<Outcome, StoreError> {
+        if backend == Backend::Postgres && !self.one_by_one && self.writes.len() > 1 {
+            self.run_at_once(tx).await
+        } else {
+            self.run_in_turn(tx).await
+        }
+    }
+
+    async fn run_in_turn(&self, tx: &mut Tx) -> Result<Outcome, StoreError> {
+        let mut ids = Vec::new();
+        for write in &self.writes {
+            let found = match write.expect {
+                Expect::Ids(_) => {
+                    let sql = format!("{} RETURNING id", write.sql);
+                    let query = bind_all(sqlx::query(&sql), write.binds.iter().cloned());
+                    let rows = query.fetch_all(&mut **tx).await?;
+                    let mut returned = returned_ids(&rows, "id")?;
+                    returned.sort_unstable();
+                    returned
+                }
+                _ => {
+                    let query = bind_all(sqlx::query(&write.sql), write.binds.iter().cloned());
+                    let done = query.execute(&mut **tx).await?;
+                    vec![0; usize::try_from(done.rows_affected()).unwrap_or(usize::MAX)]
+                }
+            };
+            if let Some(outcome) = check(write, found.len())? {
+                return Ok(outcome);
+            }
+            if matches!(write.expect, Expect::Ids(_)) {
+                ids.extend(found);
+            }
+        }
+        Ok(Outcome::Done(ids))
+    }
+
+    async fn run_at_once(&self, tx: &mut Tx) -> Result<Outcome, StoreError> {
+        let (sql, binds) = self.statement();
+        let rows = bind_all(sqlx::query(&sql), binds)
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut per_write: Vec<Vec<i64>> = vec![Vec::new(); self.writes.len()];
+        for row in &rows {
+            let index = usize::try_from(row.try_get::<i64, _>("w")?)
+                .ok()
+                .and_then(|i| per_write.get_mut(i))
+                .ok_or_else(|| StoreError::Unapplicable("a batch row names no write".into()))?;
+            index.push(row.try_get::<i64, _>("id")?);
+        }
+        let mut ids = Vec::new();
+        for (write, mut found) in self.writes.iter().zip(per_write) {
+            if let Some(outcome) = check(write, found.len())? {
+                return Ok(outcome);
+            }
+            if matches!(write.expect, Expect::Ids(_)) {
+                found.sort_unstable();
+                ids.extend(found);
+            }
+        }
+        Ok(Outcome::Done(ids))
+    }
+
+    /// `WITH w0 AS (… RETURNING …), w1 AS (…) SELECT w, id FROM w0 UNION ALL …`,
+    /// each write's parameters numbered after the ones before it.
+    fn statement(&self) -> (String, Vec<Bind>) {
+        let mut ctes = Vec::with_capacity(self.writes.len());
+        let mut selects = Vec::with_capacity(self.writes.len());
+        let mut binds = Vec::new();
+        for (i, write) in self.writes.iter().enumerate() {
+            let returning = match write.expect {
+                Expect::Ids(_) => "id",
+                Expect::OneRow | Expect::Amount(_) => "0::BIGINT AS id",
+            };
+            let sql = renumber(&write.sql, binds.len());
+            ctes.push(format!("w{i} AS ({sql} RETURNING {returning})"));
+            selects.push(format!("SELECT {i}::BIGINT AS w, id FROM w{i}"));
+            binds.extend(write.binds.iter().cloned());
+        }
+        let sql = format!("WITH {} {}", ctes.join(", "), selects.join(" UNION ALL "));
+        (sql, binds)
+    }
+}
+
+/// `None` when `write` held with `rows` rows; else what the batch comes to.
+fn check(write: &Write, rows: usize) -> Result<Option<Outcome>, StoreError> {
+    match &write.expect {
+        Expect::OneRow if rows != 1 => Ok(Some(Outcome::Retry)),
+        Expect::Amount(message) if rows != 1 => Err(StoreError::AmountInvariant(message.clone())),
+        Expect::Ids(wanted) if rows != *wanted => Err(StoreError::Unapplicable(format!(
+            "{wanted} rows inserted, {rows} ids returned"
+        ))),
+        _ => Ok(None),
+    }
+}
+
+fn returned_ids(rows: &[sqlx::any::AnyRow], column: &str) -> Result<Vec<i64>, StoreError> {
+    rows.iter()
+        .map(|row| row.try_get::<i64, _>(column).map_err(StoreError::from))
+        .collect()
+}
+
+pub(crate) fn bind_all<'q>(
+    mut query: AnyQuery<'q>,
+    binds: impl IntoIterator<Item = Bind>,
+) -> AnyQuery<'q> {
+    for bind in binds {
+        query = match bind {
+            Bind::Text(v) => query.bind(v),
+            Bind::Int(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// `sql` with every parameter `$n` made `$(n + offset)`. The store's SQL has
+/// no `$` but its parameters (no dollar quoting, no `$` in literals).
+fn renumber(sql: &str, offset: usize) -> String {
+    if offset == 0 {
+        return sql.to_owned();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut digits = String::new();
+        while let Some(&(_, d)) = chars.peek() {
+            if !d.is_ascii_digit() {
+                break;
+            }
+            digits.push(d);
+            chars.next();
+        }
+        match digits.parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&digits),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_numbered_after_the_writes_before() {
+        assert_eq!(
+            renumber("UPDATE t SET a = $2 WHERE id = $1 AND v = $12", 5),
+            "UPDATE t SET a = $7 WHERE id = $6 AND v = $17"
+        );
+        assert_eq!(renumber("SELECT $1", 0), "SELECT $1");
+    }
+
+    #[test]
+    fn one_statement_returns_which_write_each_row_came_from() {
+        let mut batch = Batch::default();
+        batch.push(Write {
+            sql: "UPDATE o SET v = v + 1 WHERE id = $1 AND v = $2".into(),
+            binds: vec!["o1".into(), 3.into()],
+            expect: Expect::OneRow,
+        });
+        batch.push(Write {
+            sql: "INSERT INTO h (a) VALUES ($1), ($2)".into(),
+            binds: vec!["x".into(), "y".into()],
+            expect: Expect::Ids(2),
+        });
+        let (sql, binds) = batch.statement();
+        assert_eq!(
+            sql,
+            "WITH w0 AS (UPDATE o SET v = v + 1 WHERE id = $1 AND v = $2 RETURNING 0::BIGINT AS id), \
+             w1 AS (INSERT INTO h (a) VALUES ($3), ($4) RETURNING id) \
+             SELECT 0::BIGINT AS w, id FROM w0 UNION ALL SELECT 1::BIGINT AS w, id FROM w1"
+        );
+        assert_eq!(binds.len(), 4);
+    }
+
+    #[test]
+    fn the_first_write_that_does_not_hold_decides_the_outcome() {
+        let cas = Write {
+            sql: String::new(),
+            binds: vec![],
+            expect: Expect::OneRow,
+        };
+        let amount = Write {
+            expect: Expect::Amount("too much".into()),
+            ..cas.clone()
+        };
+        assert_eq!(check(&cas, 1).unwrap(), None);
+        assert_eq!(check(&cas, 0).unwrap(), Some(Outcome::Retry));
+        assert!(
+            matches!(check(&amount, 0), Err(StoreError::AmountInvariant(m)) if m == "too much")
+        );
+        let ids = Write {
+            expect: Expect::Ids(3),
+            ..cas
+        };
+        assert!(check(&ids, 2).is_err());
+        assert_eq!(check(&ids, 3).unwrap(), None);
+    }
+}
