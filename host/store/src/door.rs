@@ -38,7 +38,7 @@ use crate::payments::{
     self, attempt_in, capture_in, command_kind, order_and_amounts_in, order_in, refund_in,
     PaymentAmounts, PaymentAttempt, PaymentOrder,
 };
-use crate::{Backend, Env, Store, StoreError};
+use crate::{Env, Store, StoreError};
 use batch::{Batch, Bind, Expect, Outcome, Write};
 use sluice_core::{
     cancel_unsent_refund, decide_attempt, decide_capture, decide_order, decide_refund, Aggregate,
@@ -564,28 +564,23 @@ impl Store {
     /// Steps 4–6 for any verdict.
     async fn carry_out(&self, tx: &mut Tx, plan: Plan<'_>) -> Result<Step<Applied>, StoreError> {
         let now = self.now_ms();
-        let step = if plan.verdict.kind == DecisionKind::Applied {
-            self.carry_out_applied(tx, &plan, now).await?
+        // Its miss: another processor committed this inbox row meanwhile;
+        // the next try sees it processed and records a duplicate.
+        let inbox = (plan.inbox_id.filter(|_| !plan.inbox_done))
+            .map(|inbox_id| inbox_processed_write(inbox_id, now));
+        if plan.verdict.kind == DecisionKind::Applied {
+            self.carry_out_applied(tx, &plan, inbox, now).await
         } else {
-            self.carry_out_unapplied(tx, &plan, now).await?
-        };
-        let Step::Done(applied) = step else {
-            return Ok(Step::Retry);
-        };
-        if let Some(inbox_id) = plan.inbox_id.filter(|_| !plan.inbox_done) {
-            if !mark_inbox_processed(tx, inbox_id, now).await? {
-                // Another processor committed this inbox row meanwhile: the
-                // next try sees it processed and records a duplicate.
-                return Ok(Step::Retry);
-            }
+            self.carry_out_unapplied(tx, &plan, inbox, now).await
         }
-        Ok(Step::Done(applied))
     }
 
+    /// An applied decision's writes, its `inbox` row's last.
     async fn carry_out_applied(
         &self,
         tx: &mut Tx,
         plan: &Plan<'_>,
+        inbox: Option<Write>,
         now: i64,
     ) -> Result<Step<Applied>, StoreError> {
         let moves = self.moves(plan, now)?;
@@ -613,6 +608,7 @@ impl Store {
             batch.push(write);
             outbox_event_ids.push(id);
         }
+        inbox.into_iter().for_each(|w| batch.push(w));
         let outcome = batch.run(tx, self.backend).await;
         let Outcome::Done(mut history_ids) = outcome.map_err(|e| moves.conflict(e, plan))? else {
             return Ok(Step::Retry);
@@ -793,74 +789,52 @@ impl Store {
         Ok(!matches!(followed, Step::Retry))
     }
 
+    /// A decision that changes no state: the order confirmed (or flagged for
+    /// review), its history row, when flagged the merchant told once, and
+    /// its `inbox` row last.
     async fn carry_out_unapplied(
         &self,
         tx: &mut Tx,
         plan: &Plan<'_>,
+        inbox: Option<Write>,
         now: i64,
     ) -> Result<Step<Applied>, StoreError> {
-        let verdict = &plan.verdict;
-        let order = &plan.order;
-        let subject = &plan.subject;
+        let mut batch = Batch::default();
+        let (verdict, order, subject) = (&plan.verdict, &plan.order, &plan.subject);
         let identity = plan.identity();
         // Contradicting evidence stops automatic processing: flag the payment
         // for review once, and tell the merchant once.
         let flag = verdict.kind == DecisionKind::NeedsReconciliation && !order.manual_review;
         let review_reason = flag.then_some(verdict.reason.as_str());
-        let confirmed = if flag {
-            cas_order(tx, order, order.state, review_reason, now).await?
-        } else {
-            confirm_order(tx, order).await?
-        };
-        if !confirmed {
-            return Ok(Step::Retry);
-        }
-        let payment_version = if flag {
-            order.version + 1
-        } else {
-            order.version
-        };
+        let payment_version = order.version + i64::from(flag);
+        batch.push(match flag {
+            true => cas_order_write(order, order.state, review_reason, now),
+            false => confirm_order_write(order),
+        });
+        let versions = (subject.version, subject.version);
+        let (from, to) = (subject.state, subject.state);
         let h = self.history_row(
             plan,
             subject.aggregate.as_str(),
             &subject.id,
-            subject.state,
-            subject.state,
-            (subject.version, subject.version),
+            from,
+            to,
+            versions,
             verdict.kind,
             &verdict.reason,
             identity.as_ref(),
         );
-        let history_ids = vec![history::append(tx, &h, now).await?];
+        batch.push(history::append_write(std::slice::from_ref(&h), now)?);
         let mut outbox_event_ids = Vec::new();
         if flag {
-            let amounts = plan.amounts.to_core()?;
-            let event = OutboxEvent::PaymentNeedsReview;
-            let payload = outbox_payload(
-                plan,
-                event,
-                subject.state,
-                order.state,
-                payment_version,
-                &amounts,
-                now,
-            );
-            let id = outbox::insert(
-                tx,
-                &NewOutboxEvent {
-                    event_type: event.as_str(),
-                    payment_id: &order.id,
-                    merchant_id: &order.merchant_id,
-                    aggregate_type: subject.aggregate.as_str(),
-                    aggregate_id: &subject.id,
-                    payment_version,
-                    payload,
-                },
-                self.at(now),
-            )
-            .await?;
+            let (write, id) = self.review_outbox(plan, payment_version, now)?;
+            batch.push(write);
             outbox_event_ids.push(id);
         }
+        inbox.into_iter().for_each(|w| batch.push(w));
+        let Outcome::Done(history_ids) = batch.run(tx, self.backend).await? else {
+            return Ok(Step::Retry);
+        };
         Ok(Step::Done(Applied {
             decision: verdict.kind,
             reason: verdict.reason.clone(),
@@ -876,6 +850,37 @@ impl Store {
             outbox_event_ids,
             tries: 1,
         }))
+    }
+
+    /// The merchant told once that the payment needs review.
+    fn review_outbox(
+        &self,
+        plan: &Plan<'_>,
+        payment_version: i64,
+        now: i64,
+    ) -> Result<(Write, String), StoreError> {
+        let (order, subject) = (&plan.order, &plan.subject);
+        let amounts = plan.amounts.to_core()?;
+        let event = OutboxEvent::PaymentNeedsReview;
+        let payload = outbox_payload(
+            plan,
+            event,
+            subject.state,
+            order.state,
+            payment_version,
+            &amounts,
+            now,
+        );
+        let new = NewOutboxEvent {
+            event_type: event.as_str(),
+            payment_id: &order.id,
+            merchant_id: &order.merchant_id,
+            aggregate_type: subject.aggregate.as_str(),
+            aggregate_id: &subject.id,
+            payment_version,
+            payload,
+        };
+        Ok(outbox::insert_write(&new, self.at(now)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1210,18 +1215,6 @@ fn attempt_subject(attempt: &PaymentAttempt) -> Subject {
 }
 
 /// CAS the order row: new state (and review flag), version + 1.
-async fn cas_order(
-    tx: &mut Tx,
-    order: &PaymentOrder,
-    state: OrderState,
-    review_reason: Option<&str>,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let mut one = Batch::default();
-    one.push(cas_order_write(order, state, review_reason, now));
-    Ok(one.run(tx, Backend::Sqlite).await? != Outcome::Retry)
-}
-
 fn cas_order_write(
     order: &PaymentOrder,
     state: OrderState,
@@ -1247,14 +1240,13 @@ fn cas_order_write(
 
 /// Check (and on PostgreSQL, lock until commit) that the order is still at
 /// the version the decision was taken on, without changing it.
-async fn confirm_order(tx: &mut Tx, order: &PaymentOrder) -> Result<bool, StoreError> {
-    let done =
-        sqlx::query("UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2")
-            .bind(&order.id)
-            .bind(order.version)
-            .execute(&mut **tx)
-            .await?;
-    Ok(done.rows_affected() == 1)
+fn confirm_order_write(order: &PaymentOrder) -> Write {
+    Write {
+        sql: "UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2"
+            .to_owned(),
+        binds: vec![order.id.as_str().into(), order.version.into()],
+        expect: Expect::OneRow,
+    }
 }
 
 /// The attempt follows its first successful capture.
@@ -1429,16 +1421,14 @@ async fn inbox_processed(tx: &mut Tx, inbox_id: &str) -> Result<bool, StoreError
     Ok(row.try_get::<String, _>("status")? == "processed")
 }
 
-async fn mark_inbox_processed(tx: &mut Tx, inbox_id: &str, now: i64) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE webhook_inbox SET status = 'processed', processed_at = $2, claimed_until = NULL \
-         WHERE id = $1 AND status <> 'processed'",
-    )
-    .bind(inbox_id)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
+fn inbox_processed_write(inbox_id: &str, now: i64) -> Write {
+    Write {
+        sql: "UPDATE webhook_inbox SET status = 'processed', processed_at = $2, claimed_until = NULL \
+             WHERE id = $1 AND status <> 'processed'"
+            .to_owned(),
+        binds: vec![inbox_id.into(), now.into()],
+        expect: Expect::OneRow,
+    }
 }
 
 /// Record a refused order command (as evidence) inside the caller's transaction.
