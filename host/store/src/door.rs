@@ -1221,32 +1221,28 @@ fn cas_order_write(
     review_reason: Option<&str>,
     now: i64,
 ) -> Write {
-    Write {
-        sql: "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4, \
+    Write::one_row(
+        "UPDATE payment_orders SET state = $3, version = version + 1, updated_at = $4, \
                 manual_review = CASE WHEN $5 IS NULL THEN manual_review ELSE 1 END, \
                 manual_review_reason = COALESCE($5, manual_review_reason) \
-             WHERE id = $1 AND version = $2"
-            .to_owned(),
-        binds: vec![
+             WHERE id = $1 AND version = $2",
+        vec![
             order.id.as_str().into(),
             order.version.into(),
             state.as_str().into(),
             now.into(),
             review_reason.into(),
         ],
-        expect: Expect::OneRow,
-    }
+    )
 }
 
 /// Check (and on PostgreSQL, lock until commit) that the order is still at
 /// the version the decision was taken on, without changing it.
 fn confirm_order_write(order: &PaymentOrder) -> Write {
-    Write {
-        sql: "UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2"
-            .to_owned(),
-        binds: vec![order.id.as_str().into(), order.version.into()],
-        expect: Expect::OneRow,
-    }
+    Write::one_row(
+        "UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2",
+        vec![order.id.as_str().into(), order.version.into()],
+    )
 }
 
 /// The attempt follows its first successful capture.
@@ -1256,20 +1252,17 @@ fn cascade_write(attempt: &PaymentAttempt, state: AttemptState, now: i64) -> Wri
     } else {
         attempt.next_retry_time
     };
-    Write {
-        sql:
-            "UPDATE payment_attempts SET state = $3, version = version + 1, next_retry_time = $4, \
-                updated_at = $5 WHERE id = $1 AND version = $2"
-                .to_owned(),
-        binds: vec![
+    Write::one_row(
+        "UPDATE payment_attempts SET state = $3, version = version + 1, next_retry_time = $4, \
+                updated_at = $5 WHERE id = $1 AND version = $2",
+        vec![
             attempt.id.as_str().into(),
             attempt.version.into(),
             state.as_str().into(),
             next_retry.into(),
             now.into(),
         ],
-        expect: Expect::OneRow,
-    }
+    )
 }
 
 /// One amount effect as a conditional update, if it moves an amount. The
@@ -1422,13 +1415,11 @@ async fn inbox_processed(tx: &mut Tx, inbox_id: &str) -> Result<bool, StoreError
 }
 
 fn inbox_processed_write(inbox_id: &str, now: i64) -> Write {
-    Write {
-        sql: "UPDATE webhook_inbox SET status = 'processed', processed_at = $2, claimed_until = NULL \
-             WHERE id = $1 AND status <> 'processed'"
-            .to_owned(),
-        binds: vec![inbox_id.into(), now.into()],
-        expect: Expect::OneRow,
-    }
+    Write::one_row(
+        "UPDATE webhook_inbox SET status = 'processed', processed_at = $2, claimed_until = NULL \
+             WHERE id = $1 AND status <> 'processed'",
+        vec![inbox_id.into(), now.into()],
+    )
 }
 
 /// Record a refused order command (as evidence) inside the caller's transaction.

@@ -4,7 +4,7 @@
 //! on them.
 
 use crate::db::{int, opt_int, opt_text, text, Tx};
-use crate::door::batch::{Expect, Write};
+use crate::door::batch::Write;
 use crate::ids::{self, At};
 use crate::{Backend, Store, StoreError};
 use sqlx::any::AnyRow;
@@ -86,12 +86,11 @@ pub(crate) async fn insert(
 /// One outbox row as a write of a door's batch, and the event id minted for it.
 pub(crate) fn insert_write(event: &NewOutboxEvent<'_>, at: At<'_>) -> (Write, String) {
     let event_id = ids::outbox_event(at.env);
-    let write = Write {
-        sql: "INSERT INTO outbox (event_id, event_type, partition_key, merchant_id, aggregate_type, \
+    let write = Write::one_row(
+        "INSERT INTO outbox (event_id, event_type, partition_key, merchant_id, aggregate_type, \
                 aggregate_id, payment_version, payload, status, attempts, next_attempt_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9)"
-            .to_owned(),
-        binds: vec![
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9)",
+        vec![
             event_id.as_str().into(),
             event.event_type.into(),
             event.payment_id.into(),
@@ -102,8 +101,7 @@ pub(crate) fn insert_write(event: &NewOutboxEvent<'_>, at: At<'_>) -> (Write, St
             event.payload.to_string().as_str().into(),
             at.now.into(),
         ],
-        expect: Expect::OneRow,
-    };
+    );
     (write, event_id)
 }
 

@@ -67,6 +67,17 @@ pub(crate) struct Write {
     pub expect: Expect,
 }
 
+impl Write {
+    /// A write of exactly one row ([`Expect::OneRow`]).
+    pub fn one_row(sql: impl Into<String>, binds: Vec<Bind>) -> Write {
+        Write {
+            sql: sql.into(),
+            binds,
+            expect: Expect::OneRow,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     writes: Vec<Write>,

@@ -282,10 +282,7 @@ dual_test! {
         let conflicts_before = sluice_store::cas_conflicts_total();
 
         // A concurrent writer holds the payment row, mid-transaction.
-        let mut writer = match db.backend {
-            sluice_store::Backend::Sqlite => store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap(),
-            sluice_store::Backend::Postgres => store.pool().begin().await.unwrap(),
-        };
+        let mut writer = concurrent_writer(db).await;
         sqlx::query("UPDATE payment_orders SET version = version + 1 WHERE id = $1")
             .bind(&payment.id)
             .execute(&mut *writer)
@@ -643,10 +640,7 @@ dual_test! {
         let history_before = store.timeline(&payment.id).await.unwrap().len();
         let version_before = store.get_payment(None, &payment.id).await.unwrap().version;
 
-        let mut writer = match db.backend {
-            sluice_store::Backend::Sqlite => store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap(),
-            sluice_store::Backend::Postgres => store.pool().begin().await.unwrap(),
-        };
+        let mut writer = concurrent_writer(db).await;
         sqlx::query("UPDATE payment_amounts SET authorized_minor = 100, captured_minor = 100 WHERE payment_id = $1")
             .bind(&payment.id)
             .execute(&mut *writer)
@@ -689,5 +683,16 @@ dual_test! {
                 assert_eq!(applied.decision, DecisionKind::NeedsReconciliation, "{applied:?}");
             }
         }
+    }
+}
+
+/// A transaction of another writer, open: on SQLite it holds the write lock
+/// from its start (`BEGIN IMMEDIATE`), on PostgreSQL the rows it changes.
+async fn concurrent_writer(db: &TestSubject) -> sqlx::Transaction<'static, sqlx::Any> {
+    match db.backend {
+        sluice_store::Backend::Sqlite => {
+            db.store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap()
+        }
+        sluice_store::Backend::Postgres => db.store.pool().begin().await.unwrap(),
     }
 }
