@@ -26,4 +26,5 @@ pub mod reconcile_cli;
 pub mod releases;
 pub mod releases_cli;
 pub mod server;
+pub mod supervise;
 pub mod telemetry;

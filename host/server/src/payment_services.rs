@@ -26,6 +26,7 @@ use utoipa_axum::routes;
 use crate::auth::{require_admin, AdminAuth};
 use crate::config::{millis, AdapterRecoveryConfig, WorkerTimings};
 use crate::pending_metrics::PendingMetrics;
+use crate::supervise::{supervise, WorkerRestarts};
 
 /// Why the payment services could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,7 @@ pub struct PaymentServices {
     pub scanner: Scanner,
     pub registry: prometheus::Registry,
     pending_metrics: PendingMetrics,
+    worker_restarts: WorkerRestarts,
     settings: PaymentSettings,
 }
 
@@ -143,6 +145,8 @@ impl PaymentServices {
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         let pending_metrics = PendingMetrics::register(&registry)
             .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
+        let worker_restarts = WorkerRestarts::register(&registry)
+            .map_err(|e| PaymentServicesError::Metrics(e.to_string()))?;
         Ok(PaymentServices {
             orchestrator,
             merchant_api,
@@ -150,6 +154,7 @@ impl PaymentServices {
             scanner,
             registry,
             pending_metrics,
+            worker_restarts,
             settings,
         })
     }
@@ -186,24 +191,67 @@ impl PaymentServices {
     }
 
     /// Start the inbox processor, the outbox publisher, the recovery scanner
-    /// and idempotency-key pruning; they stop when `shutdown` turns true.
+    /// and idempotency-key pruning, each supervised (started again after a panic,
+    /// see [`supervise`]); they stop when `shutdown` turns true.
     pub fn spawn_workers(&self, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
         let mut workers = JoinSet::new();
-        let orchestrator = self.orchestrator.clone();
-        let stop = shutdown.clone();
-        workers.spawn(async move { orchestrator.run_inbox_processor(stop).await });
-        let scanner = self.scanner.clone();
-        let stop = shutdown.clone();
-        workers.spawn(async move { scanner.run(stop).await });
-        let publisher = self.publisher.clone();
-        let stop = shutdown.clone();
-        workers.spawn(async move {
-            if let Err(error) = publisher.run(wait_for_true(stop)).await {
-                tracing::error!(%error, "outbox publisher stopped");
+        let restarts = &self.worker_restarts;
+        let (orchestrator, stop) = (self.orchestrator.clone(), shutdown.clone());
+        let inbox = move || {
+            let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
+            async move {
+                orchestrator.run_inbox_processor(stop).await;
+                Ok(())
             }
-        });
-        let store = self.orchestrator.store().clone();
-        workers.spawn(prune_idempotency_keys(store, shutdown));
+        };
+        workers.spawn(supervise(
+            "inbox_processor",
+            inbox,
+            shutdown.clone(),
+            restarts.clone(),
+        ));
+        let (scanner, stop) = (self.scanner.clone(), shutdown.clone());
+        let scan = move || {
+            let (scanner, stop) = (scanner.clone(), stop.clone());
+            async move {
+                scanner.run(stop).await;
+                Ok(())
+            }
+        };
+        workers.spawn(supervise(
+            "scanner",
+            scan,
+            shutdown.clone(),
+            restarts.clone(),
+        ));
+        let (publisher, stop) = (self.publisher.clone(), shutdown.clone());
+        let publish = move || {
+            let (publisher, stop) = (publisher.clone(), stop.clone());
+            async move {
+                let ended = publisher.run(wait_for_true(stop)).await;
+                ended.map_err(|error| error.to_string())
+            }
+        };
+        workers.spawn(supervise(
+            "publisher",
+            publish,
+            shutdown.clone(),
+            restarts.clone(),
+        ));
+        let (store, stop) = (self.orchestrator.store().clone(), shutdown.clone());
+        let prune = move || {
+            let (store, stop) = (store.clone(), stop.clone());
+            async move {
+                prune_idempotency_keys(store, stop).await;
+                Ok(())
+            }
+        };
+        workers.spawn(supervise(
+            "idempotency_pruning",
+            prune,
+            shutdown,
+            restarts.clone(),
+        ));
         workers
     }
 }

@@ -48,6 +48,7 @@ use sluice_core::{
 };
 use sqlx::Row;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How many times a decision is re-taken after losing a CAS race.
 pub const MAX_CAS_TRIES: u32 = 5;
@@ -353,19 +354,25 @@ impl Store {
             adapter = input.provenance.adapter.as_ref().map(|a| a.name.as_str()),
             trace_id = input.provenance.trace_id.as_deref(),
         );
-        let _guard = span.enter();
-        for tries in 1..=MAX_CAS_TRIES {
-            let mut tx = self.begin_write().await?;
-            let step = self.apply_event_once(&mut tx, input, sent).await?;
-            if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
-                return Ok(applied);
+        // Instrumented, never entered with a guard: a guard held across an await stays
+        // entered on the thread while the task is parked, and whatever that thread runs
+        // next (the publisher's tasks, once) becomes its child after it closed.
+        async {
+            for tries in 1..=MAX_CAS_TRIES {
+                let mut tx = self.begin_write().await?;
+                let step = self.apply_event_once(&mut tx, input, sent).await?;
+                if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
+                    return Ok(applied);
+                }
             }
+            Err(StoreError::CasExhausted {
+                aggregate: "payment",
+                id: describe_target(&input.target),
+                tries: MAX_CAS_TRIES,
+            })
         }
-        Err(StoreError::CasExhausted {
-            aggregate: "payment",
-            id: describe_target(&input.target),
-            tries: MAX_CAS_TRIES,
-        })
+        .instrument(span)
+        .await
     }
 
     /// Apply an order command (`Cancel`, `Expire`, `GiveUp`) through the door.

@@ -125,6 +125,9 @@ impl DriverStats {
     }
 }
 
+/// How long past the load deadline a flow that authorized a payment may take to capture it.
+const FINISH_GRACE: Duration = Duration::from_secs(30);
+
 /// Drives one payment through its flow, retrying through restarts.
 async fn drive(
     api: MerchantClient,
@@ -171,6 +174,14 @@ async fn drive(
     if flow == Flow::Sale {
         return;
     }
+    // An authorization rests until its merchant captures it: a flow that created one goes
+    // on to its capture past the load deadline, as its merchant would, or its payment
+    // would never settle (a create answered just after the deadline did that once).
+    let deadline = if manual {
+        deadline + FINISH_GRACE
+    } else {
+        deadline
+    };
     let Some(payment) = api
         .wait_payment(&id, deadline, |p| {
             let state = p["state"].as_str().unwrap_or_default();
@@ -353,6 +364,49 @@ async fn db_state(conn: &mut sqlx::AnyConnection) -> DbState {
     state
 }
 
+/// Why events have not been delivered, for a failure message: the outbox rows not
+/// fanned out and the deliveries not sent, counted by sink, status, tries and last error,
+/// with the soonest and latest next try relative to now.
+async fn undelivered_summary(conn: &mut sqlx::AnyConnection) -> String {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut out = String::new();
+    for (label, sql) in [
+        (
+            "outbox not fanned out",
+            "SELECT 'outbox' AS sink, status, attempts, COALESCE(last_error, '') AS err, \
+                    COUNT(*) AS n, MIN(next_attempt_at) AS soonest, MAX(next_attempt_at) AS latest \
+             FROM outbox WHERE status <> 'sent' GROUP BY status, attempts, last_error",
+        ),
+        (
+            "deliveries not sent",
+            "SELECT sink, status, attempts, COALESCE(last_error, '') AS err, \
+                    COUNT(*) AS n, MIN(next_attempt_at) AS soonest, MAX(next_attempt_at) AS latest \
+             FROM event_deliveries WHERE status <> 'sent' GROUP BY sink, status, attempts, last_error",
+        ),
+    ] {
+        let rows = sqlx::query(sql).fetch_all(&mut *conn).await.unwrap_or_default();
+        out.push_str(&format!("\n{label}: {} groups", rows.len()));
+        for row in rows.iter().take(20) {
+            let (sink, status, err): (String, String, String) =
+                (row.get("sink"), row.get("status"), row.get("err"));
+            let (attempts, n, soonest, latest): (i64, i64, i64, i64) = (
+                row.get("attempts"),
+                row.get("n"),
+                row.get("soonest"),
+                row.get("latest"),
+            );
+            out.push_str(&format!(
+                "\n  {n} × {sink} {status} after {attempts} tries, next in {:.1}..{:.1} s: {err}",
+                (soonest - now_ms) as f64 / 1000.0,
+                (latest - now_ms) as f64 / 1000.0,
+            ));
+        }
+    }
+    out
+}
+
 /// A payment's rows and history, for a failure message.
 async fn describe_payment(conn: &mut sqlx::AnyConnection, id: &str) -> String {
     let mut out = String::new();
@@ -445,7 +499,12 @@ async fn kill_9_during_load_converges_with_one_charge_per_success_and_every_even
     let receiver = Receiver::start().await;
     let consumer = JetStreamConsumer::start().await;
     let adapters = real_adapters();
-    let root = tempfile::tempdir().expect("temp dir");
+    let mut root = tempfile::tempdir().expect("temp dir");
+    // To read a passing run's gateway log too.
+    if std::env::var_os("SLUICE_KILL_TEST_KEEP_LOG").is_some() {
+        root.disable_cleanup(true);
+        println!("gateway log kept in {}", root.path().display());
+    }
     let nats_url =
         std::env::var("SLUICE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mut gateway = Gateway::new(
@@ -853,17 +912,26 @@ async fn kill_9_during_load_converges_with_one_charge_per_success_and_every_even
     let nats = consumer.event_ids();
     let missing_hooks: Vec<_> = outbox_ids.difference(&hooks).collect();
     let missing_nats: Vec<_> = outbox_ids.difference(&nats).collect();
+    let undelivered = if missing_hooks.is_empty() && missing_nats.is_empty() {
+        String::new()
+    } else {
+        undelivered_summary(&mut conn).await
+    };
     assert!(
         missing_hooks.is_empty(),
-        "{} outbox events never reached the merchant endpoint, e.g. {:?}",
+        "{} outbox events never reached the merchant endpoint after {convergence_time:?}, \
+         e.g. {:?}{undelivered}\n{}",
         missing_hooks.len(),
-        missing_hooks.iter().take(5).collect::<Vec<_>>()
+        missing_hooks.iter().take(5).collect::<Vec<_>>(),
+        context()
     );
     assert!(
         missing_nats.is_empty(),
-        "{} outbox events never reached JetStream, e.g. {:?}",
+        "{} outbox events never reached JetStream after {convergence_time:?}, \
+         e.g. {:?}{undelivered}\n{}",
         missing_nats.len(),
-        missing_nats.iter().take(5).collect::<Vec<_>>()
+        missing_nats.iter().take(5).collect::<Vec<_>>(),
+        context()
     );
     assert_eq!(state.deliveries_open, 0, "deliveries not sent");
 
