@@ -129,3 +129,24 @@ dual_test! {
         assert!(store.idempotency_lookup(m, "POST /v1/refunds", "k1").await.unwrap().is_some());
     }
 }
+
+dual_test! {
+    /// A claim picks the oldest due rows through `webhook_inbox_work`, never by reading and
+    /// sorting every row not yet processed: after a PSP's outage the backlog is tens of
+    /// thousands of rows, and every claim of the processor would pay for all of them.
+    async fn an_inbox_claim_reads_through_the_work_index_whatever_the_backlog(&db) {
+        let sql = format!(
+            "SELECT id FROM webhook_inbox WHERE {} ORDER BY next_attempt_at, id LIMIT 50",
+            sluice_store::inbox::CLAIMABLE.replace("$1", "0")
+        );
+        let plan = query_plan(db, &sql).await;
+        assert!(
+            plan.iter().any(|line| line.contains("webhook_inbox_work")),
+            "{sql}: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("TEMP B-TREE") || line.contains("Sort")),
+            "the index gives the order; nothing is sorted: {plan:?}"
+        );
+    }
+}

@@ -112,41 +112,8 @@ dual_test! {
             ("SELECT payment_id FROM refunds WHERE psp_reference = 'x'", "refunds_by_psp_reference"),
             ("SELECT payment_id FROM captures WHERE psp_reference = 'x'", "captures_by_psp_reference"),
         ] {
-            let plan = plan(db, sql).await;
+            let plan = query_plan(db, sql).await;
             assert!(plan.iter().any(|line| line.contains(index)), "{sql}: {plan:?}");
-        }
-    }
-}
-
-async fn plan(db: &TestDb, sql: &str) -> Vec<String> {
-    let mut conn = db.store.pool().acquire().await.unwrap();
-    match db.backend {
-        Backend::Sqlite => sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.try_get::<String, _>("detail").unwrap())
-            .collect(),
-        Backend::Postgres => {
-            // Tiny tables make a sequential scan cheapest; forbid it to see
-            // which index the planner can use at all.
-            sqlx::query("SET enable_seqscan = off")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            let plan = sqlx::query(&format!("EXPLAIN {sql}"))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap()
-                .iter()
-                .map(|r| r.try_get::<String, _>(0).unwrap())
-                .collect();
-            sqlx::query("SET enable_seqscan = on")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            plan
         }
     }
 }
