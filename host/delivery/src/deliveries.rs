@@ -195,16 +195,15 @@ pub(crate) async fn claim(
         picker_due = due("d."),
         update_due = due(""),
     );
-    let rows = sqlx::query(&sql)
+    let claim = sqlx::query(&sql)
         .bind(now)
         .bind(now.saturating_add(req.lease_ms))
         .bind(req.limit)
         .bind(req.sink.as_str())
         .bind(req.order_hold_attempts)
         .bind(&token)
-        .bind(req.target.unwrap_or(""))
-        .fetch_all(store.writer())
-        .await?;
+        .bind(req.target.unwrap_or(""));
+    let rows = store.claim_queue(claim).await?;
     let mut claimed = rows
         .iter()
         .map(|row| {

@@ -301,12 +301,8 @@ impl Store {
              WHERE id IN (SELECT id FROM picked) AND {due} \
              RETURNING {INBOX_COLS}"
         );
-        let rows = sqlx::query(&sql)
-            .bind(now)
-            .bind(now + lease_ms)
-            .bind(limit)
-            .fetch_all(&self.writer)
-            .await?;
+        let claim = sqlx::query(&sql).bind(now).bind(now + lease_ms).bind(limit);
+        let rows = self.claim_queue(claim).await?;
         let mut entries = rows.iter().map(entry_from).collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| (a.next_attempt_at, &a.id).cmp(&(b.next_attempt_at, &b.id)));
         Ok(entries)

@@ -127,12 +127,8 @@ impl Store {
              WHERE seq IN (SELECT seq FROM picked) AND {due} \
              RETURNING {OUTBOX_COLS}"
         );
-        let rows = sqlx::query(&sql)
-            .bind(now)
-            .bind(now + lease_ms)
-            .bind(limit)
-            .fetch_all(&self.writer)
-            .await?;
+        let claim = sqlx::query(&sql).bind(now).bind(now + lease_ms).bind(limit);
+        let rows = self.claim_queue(claim).await?;
         let mut messages = rows
             .iter()
             .map(message_from)
