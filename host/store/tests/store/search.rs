@@ -4,8 +4,7 @@
 
 use crate::common::*;
 use sluice_core::{CaptureMode, OrderState};
-use sluice_store::{Backend, PaymentSearch, MAX_SEARCH_PAGE};
-use sqlx::Row;
+use sluice_store::{PaymentSearch, MAX_SEARCH_PAGE};
 
 fn by(q: &str) -> PaymentSearch {
     PaymentSearch {
