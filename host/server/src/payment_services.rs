@@ -26,7 +26,7 @@ use utoipa_axum::routes;
 use crate::auth::{require_admin, AdminAuth};
 use crate::config::{millis, AdapterRecoveryConfig, WorkerTimings};
 use crate::pending_metrics::PendingMetrics;
-use crate::supervise::{supervise, WorkerRestarts};
+use crate::supervise::{supervise_run, WorkerRestarts};
 
 /// Why the payment services could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -192,65 +192,56 @@ impl PaymentServices {
 
     /// Start the inbox processor, the outbox publisher, the recovery scanner
     /// and idempotency-key pruning, each supervised (started again after a panic,
-    /// see [`supervise`]); they stop when `shutdown` turns true.
+    /// see [`crate::supervise`]); they stop when `shutdown` turns true.
     pub fn spawn_workers(&self, shutdown: watch::Receiver<bool>) -> JoinSet<()> {
         let mut workers = JoinSet::new();
         let restarts = &self.worker_restarts;
-        let (orchestrator, stop) = (self.orchestrator.clone(), shutdown.clone());
-        let inbox = move || {
-            let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
-            async move {
-                orchestrator.run_inbox_processor(stop).await;
-                Ok(())
-            }
+        let stop = || shutdown.clone();
+        let inbox = |orchestrator: Orchestrator, stop| async move {
+            orchestrator.run_inbox_processor(stop).await;
+            Ok(())
         };
-        workers.spawn(supervise(
+        let orchestrator = self.orchestrator.clone();
+        workers.spawn(supervise_run(
             "inbox_processor",
+            orchestrator,
+            stop(),
+            restarts.clone(),
             inbox,
-            shutdown.clone(),
-            restarts.clone(),
         ));
-        let (scanner, stop) = (self.scanner.clone(), shutdown.clone());
-        let scan = move || {
-            let (scanner, stop) = (scanner.clone(), stop.clone());
-            async move {
-                scanner.run(stop).await;
-                Ok(())
-            }
+        let scan = |scanner: Scanner, stop| async move {
+            scanner.run(stop).await;
+            Ok(())
         };
-        workers.spawn(supervise(
+        workers.spawn(supervise_run(
             "scanner",
+            self.scanner.clone(),
+            stop(),
+            restarts.clone(),
             scan,
-            shutdown.clone(),
-            restarts.clone(),
         ));
-        let (publisher, stop) = (self.publisher.clone(), shutdown.clone());
-        let publish = move || {
-            let (publisher, stop) = (publisher.clone(), stop.clone());
-            async move {
-                let ended = publisher.run(wait_for_true(stop)).await;
-                ended.map_err(|error| error.to_string())
-            }
+        let publish = |publisher: Publisher, stop| async move {
+            let ended = publisher.run(wait_for_true(stop)).await;
+            ended.map_err(|error| error.to_string())
         };
-        workers.spawn(supervise(
+        workers.spawn(supervise_run(
             "publisher",
+            self.publisher.clone(),
+            stop(),
+            restarts.clone(),
             publish,
-            shutdown.clone(),
-            restarts.clone(),
         ));
-        let (store, stop) = (self.orchestrator.store().clone(), shutdown.clone());
-        let prune = move || {
-            let (store, stop) = (store.clone(), stop.clone());
-            async move {
-                prune_idempotency_keys(store, stop).await;
-                Ok(())
-            }
+        let prune = |store: Store, stop| async move {
+            prune_idempotency_keys(store, stop).await;
+            Ok(())
         };
-        workers.spawn(supervise(
+        let store = self.orchestrator.store().clone();
+        workers.spawn(supervise_run(
             "idempotency_pruning",
-            prune,
-            shutdown,
+            store,
+            stop(),
             restarts.clone(),
+            prune,
         ));
         workers
     }

@@ -77,6 +77,29 @@ pub async fn supervise<S, F>(
     }
 }
 
+/// [`supervise`] for a worker that is `run(value, shutdown)`: each run gets a clone of
+/// `value` and of the shutdown receiver.
+pub fn supervise_run<T, R, F>(
+    name: &'static str,
+    value: T,
+    shutdown: watch::Receiver<bool>,
+    restarts: WorkerRestarts,
+    run: R,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    T: Clone + Send + 'static,
+    R: Fn(T, watch::Receiver<bool>) -> F + Send + 'static,
+    F: Future<Output = WorkerResult> + Send + 'static,
+{
+    let stop = shutdown.clone();
+    supervise(
+        name,
+        move || run(value.clone(), stop.clone()),
+        shutdown,
+        restarts,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,31 +130,7 @@ dual_test! {
         let plan_sql = "SELECT id FROM payment_attempts \
                         WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED') AND next_retry_time <= 1000 \
                         ORDER BY next_retry_time, id LIMIT 10";
-        let mut conn = store.pool().acquire().await.unwrap();
-        let plan: Vec<String> = match db.backend {
-            Backend::Sqlite => sqlx::query(&format!("EXPLAIN QUERY PLAN {plan_sql}"))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap()
-                .iter()
-                .map(|r| r.try_get::<String, _>("detail").unwrap())
-                .collect(),
-            Backend::Postgres => {
-                // Tiny tables make a sequential scan cheapest; forbid it to see
-                // which index the planner can use at all.
-                sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.unwrap();
-                let plan = sqlx::query(&format!("EXPLAIN {plan_sql}"))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|r| r.try_get::<String, _>(0).unwrap())
-                    .collect();
-                sqlx::query("SET enable_seqscan = on").execute(&mut *conn).await.unwrap();
-                plan
-            }
-        };
-        drop(conn);
+        let plan = query_plan(db, plan_sql).await;
         assert!(plan.iter().any(|line| line.contains("payment_attempts_scan")), "{plan:?}");
 
         let now = db.clock.now_ms();
