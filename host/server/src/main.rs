@@ -6,6 +6,14 @@ use clap::Parser;
 use sluice_server::cli::Cli;
 use sluice_server::{commands, telemetry};
 
+// jemalloc instead of glibc's malloc: glibc's malloc, free and their
+// consolidation were about a fifth of the gateway's CPU under webhook ingest;
+// with jemalloc ingest kept about 10 % more webhooks a second at the same RSS
+// (BENCHMARKS.md, session 8). mimalloc was faster still but went past the
+// RSS goal.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
