@@ -57,6 +57,20 @@ bench_start_demo() {
     [ -n "$API_KEY" ] && [ -n "$STRIPE_ACCOUNT" ] || { echo "error: no demo merchant in the banner" >&2; exit 1; }
 }
 
+# How much dirty page cache the kernel lets build up before it starts writing
+# back in the background, e.g. "8MiB" or "10%" (of reclaimable memory). Above a
+# few tens of MB, its bursts make PostgreSQL's WAL flushes wait (BENCHMARKS.md,
+# session 8).
+bench_dirty_background() {
+    local bytes
+    bytes="$(cat /proc/sys/vm/dirty_background_bytes)"
+    if [ "$bytes" != 0 ]; then
+        echo "$((bytes / 1048576))MiB"
+    else
+        echo "$(cat /proc/sys/vm/dirty_background_ratio)%"
+    fi
+}
+
 bench_banner_value() { sed -n "s/^  $1: //p" "$WORK/demo.log" | head -1; }
 
 # Writes $WORK/pay.lua: each request creates and confirms one Stripe-format

@@ -99,6 +99,8 @@ if [ "$BACKEND" = postgres ]; then
 fi
 
 bench_start_demo
+DIRTY_BACKGROUND="$(bench_dirty_background)"
+echo "== host: background writeback starts at $DIRTY_BACKGROUND dirty (vm.dirty_background_bytes / _ratio)"
 bench_write_pay_lua
 # Warm-up: the adapters' first calls, the pools, the database caches.
 BENCH_PHASE=warm wrk -t1 -c1 -d2s -s "$WORK/pay.lua" "$BASE" >/dev/null
@@ -110,6 +112,8 @@ if [ "$BACKEND" = postgres ]; then
         STATEMENTS="yes"
     fi
     COMMITS_BEFORE="$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")"
+    # WAL flushes are the server's, not the database's: nothing else should run meanwhile.
+    FLUSHES_BEFORE="$(sql "SELECT wal_sync FROM pg_stat_wal")"
 fi
 
 echo "== $BACKEND: create+confirm, $CONNECTIONS connections, ${SECONDS_PER_RUN}s ($(cut -d' ' -f1-3 /proc/loadavg) load, $(nproc) cores)"
@@ -132,10 +136,14 @@ echo "   settled $SUCCEEDED payments ($OPEN still open) in $(( (END_MS - START_M
 
 COMMITS_PER="-"
 STATEMENTS_PER="-"
+FLUSHES_PER="-"
 if [ "$BACKEND" = postgres ]; then
     sleep 2
     COMMITS="$(( $(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()") - COMMITS_BEFORE ))"
     COMMITS_PER="$(python3 -c "print(f'{$COMMITS / max($SUCCEEDED, 1):.1f}')")"
+    FLUSHES="$(( $(sql "SELECT wal_sync FROM pg_stat_wal") - FLUSHES_BEFORE ))"
+    FLUSHES_PER="$(python3 -c "print(f'{$FLUSHES / max($SUCCEEDED, 1):.2f}')")"
+    echo "   per payment: $FLUSHES_PER WAL flushes (one flush serves every commit waiting for it)"
     if [ "$STATEMENTS" = yes ]; then
         STATEMENTS_PER="$(sql "SELECT round(sum(calls)::numeric / GREATEST($SUCCEEDED, 1), 1) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
         echo "   per payment: $COMMITS_PER commits, $STATEMENTS_PER statements; the most frequent:"
@@ -285,4 +293,4 @@ fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99"

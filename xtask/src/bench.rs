@@ -223,9 +223,15 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
     }
     if let Some(pg) = pg {
         println!(
-            "  per payment on PostgreSQL: {} commits, {} statements",
+            "  per payment on PostgreSQL: {} commits, {} WAL flushes, {} statements",
             pg.get("commits_per_payment").map_or("-", String::as_str),
+            pg.get("wal_flushes_per_payment")
+                .map_or("-", String::as_str),
             pg.get("statements_per_payment").map_or("-", String::as_str)
+        );
+        println!(
+            "  the host's background writeback starts at {} dirty (goal 2's stalls, BENCHMARKS.md)",
+            pg.get("dirty_background").map_or("-", String::as_str)
         );
         println!(
             "  per webhook ingested on PostgreSQL ({} connections): {} commits, {} statements",

@@ -2,8 +2,67 @@
 //! to one request fingerprint and, once done, its stored response.
 
 use crate::db::{int, opt_int, opt_text, text};
-use crate::{Store, StoreError};
+use crate::{Backend, Store, StoreError};
 use sqlx::any::AnyRow;
+
+/// On PostgreSQL a key's own writes commit without waiting for their WAL
+/// flush: each statement turns `synchronous_commit` off for its own
+/// transaction only (`set_config(…, true)`, gone at its commit, so it never
+/// reaches the next transaction on the pooled connection). Two of a keyed
+/// request's five commits stop waiting for the disk, and nothing that matters
+/// becomes losable:
+/// - WAL is one sequence, and a commit that waits flushes everything written
+///   before it. The key's row is written before the request's first money
+///   write, so it is on disk once that write's commit is; a crash before then
+///   loses the key together with a request that had changed nothing.
+/// - A lost response (`idempotency_complete`) leaves the key in progress, as
+///   a crash just before storing it always could: once its lease ends a retry
+///   runs the request again, and every operation behind it answers that from
+///   its own references (order number, attempt and refund references).
+///
+/// Visibility does not change: other requests see the row at once. SQLite
+/// has one durability setting per connection and keeps it.
+fn lazy_commit(backend: Backend, sqlite: &'static str, postgres: &'static str) -> &'static str {
+    match backend {
+        Backend::Sqlite => sqlite,
+        Backend::Postgres => postgres,
+    }
+}
+
+const BEGIN_SQLITE: &str = "INSERT INTO idempotency_keys \
+     (merchant_id, endpoint, idem_key, request_fingerprint, state, locked_until, created_at) \
+     VALUES ($1, $2, $3, $4, 'in_progress', $5, $6) \
+     ON CONFLICT (merchant_id, endpoint, idem_key) DO NOTHING";
+const BEGIN_POSTGRES: &str =
+    "WITH lazy_commit AS (SELECT set_config('synchronous_commit', 'off', true)) \
+     INSERT INTO idempotency_keys \
+     (merchant_id, endpoint, idem_key, request_fingerprint, state, locked_until, created_at) \
+     SELECT $1, $2, $3, $4, 'in_progress', $5, $6 FROM lazy_commit \
+     ON CONFLICT (merchant_id, endpoint, idem_key) DO NOTHING";
+
+const TAKE_OVER_SQLITE: &str = "UPDATE idempotency_keys SET locked_until = $4 \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 \
+       AND state = 'in_progress' AND locked_until < $5";
+const TAKE_OVER_POSTGRES: &str = "UPDATE idempotency_keys SET locked_until = $4 \
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 \
+       AND state = 'in_progress' AND locked_until < $5";
+
+const COMPLETE_SQLITE: &str =
+    "UPDATE idempotency_keys SET state = 'completed', response_status = $4, \
+     response_body = $5, completed_at = $6, locked_until = NULL \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'";
+const COMPLETE_POSTGRES: &str =
+    "UPDATE idempotency_keys SET state = 'completed', response_status = $4, \
+     response_body = $5, completed_at = $6, locked_until = NULL \
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'";
+
+const RELEASE_SQLITE: &str = "DELETE FROM idempotency_keys \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'";
+const RELEASE_POSTGRES: &str = "DELETE FROM idempotency_keys \
+     USING (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit \
+     WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'";
 
 /// What `idempotency_begin` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,20 +124,15 @@ impl Store {
         lease_ms: i64,
     ) -> Result<IdempotencyBegin, StoreError> {
         let now = self.now_ms();
-        let inserted = sqlx::query(
-            "INSERT INTO idempotency_keys \
-             (merchant_id, endpoint, idem_key, request_fingerprint, state, locked_until, created_at) \
-             VALUES ($1, $2, $3, $4, 'in_progress', $5, $6) \
-             ON CONFLICT (merchant_id, endpoint, idem_key) DO NOTHING",
-        )
-        .bind(merchant_id)
-        .bind(endpoint)
-        .bind(key)
-        .bind(fingerprint)
-        .bind(now + lease_ms)
-        .bind(now)
-        .execute(&self.writer)
-        .await?;
+        let inserted = sqlx::query(lazy_commit(self.backend, BEGIN_SQLITE, BEGIN_POSTGRES))
+            .bind(merchant_id)
+            .bind(endpoint)
+            .bind(key)
+            .bind(fingerprint)
+            .bind(now + lease_ms)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
         if inserted.rows_affected() == 1 {
             return Ok(IdempotencyBegin::Started);
         }
@@ -94,11 +148,11 @@ impl Store {
         }
         // A request that crashed mid-way left its lease behind: take it over, at
         // most one taker wins the conditional update.
-        let taken = sqlx::query(
-            "UPDATE idempotency_keys SET locked_until = $4 \
-             WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 \
-               AND state = 'in_progress' AND locked_until < $5",
-        )
+        let taken = sqlx::query(lazy_commit(
+            self.backend,
+            TAKE_OVER_SQLITE,
+            TAKE_OVER_POSTGRES,
+        ))
         .bind(merchant_id)
         .bind(endpoint)
         .bind(key)
@@ -122,11 +176,11 @@ impl Store {
         status: u16,
         body: &str,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(
-            "UPDATE idempotency_keys SET state = 'completed', response_status = $4, \
-             response_body = $5, completed_at = $6, locked_until = NULL \
-             WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'",
-        )
+        let done = sqlx::query(lazy_commit(
+            self.backend,
+            COMPLETE_SQLITE,
+            COMPLETE_POSTGRES,
+        ))
         .bind(merchant_id)
         .bind(endpoint)
         .bind(key)
@@ -152,15 +206,12 @@ impl Store {
         endpoint: &str,
         key: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "DELETE FROM idempotency_keys \
-             WHERE merchant_id = $1 AND endpoint = $2 AND idem_key = $3 AND state = 'in_progress'",
-        )
-        .bind(merchant_id)
-        .bind(endpoint)
-        .bind(key)
-        .execute(&self.writer)
-        .await?;
+        sqlx::query(lazy_commit(self.backend, RELEASE_SQLITE, RELEASE_POSTGRES))
+            .bind(merchant_id)
+            .bind(endpoint)
+            .bind(key)
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 

@@ -130,6 +130,74 @@ dual_test! {
     }
 }
 
+/// On PostgreSQL the idempotency key's writes commit without waiting for the WAL flush
+/// (`synchronous_commit` off for their own transaction). That setting must end with the
+/// statement: a pooled connection that kept it would commit the next request's money
+/// writes lazily too. One connection, so every statement runs where the check looks.
+#[tokio::test]
+async fn on_postgres_an_idempotency_keys_lazy_commit_never_outlives_its_own_statement() {
+    let base = sluice_store::StoreOptions {
+        max_connections: 1,
+        ..sluice_store::StoreOptions::default()
+    };
+    let db: TestDb =
+        sluice_test_support::TestDb::open_with(sluice_store::Backend::Postgres, base).await;
+    let store = &db.store;
+    let fx = Fixture::new(store, "Acme").await;
+    let m = &fx.merchant.id;
+    let setting = || async {
+        sqlx::query_scalar::<_, String>("SELECT current_setting('synchronous_commit')")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(setting().await, "on");
+    assert_eq!(
+        store
+            .idempotency_begin(m, "POST /v1/payments", "k1", "fp", 30_000)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started
+    );
+    assert_eq!(setting().await, "on", "after the key is taken");
+    store
+        .idempotency_complete(m, "POST /v1/payments", "k1", 201, "{}")
+        .await
+        .unwrap();
+    assert_eq!(setting().await, "on", "after the response is stored");
+    assert_eq!(
+        store
+            .idempotency_begin(m, "POST /v1/payments", "k2", "fp", 30_000)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started
+    );
+    db.clock.advance(30_001);
+    assert_eq!(
+        store
+            .idempotency_begin(m, "POST /v1/payments", "k2", "fp", 30_000)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started
+    );
+    assert_eq!(setting().await, "on", "after a lease is taken over");
+    store
+        .idempotency_release(m, "POST /v1/payments", "k2")
+        .await
+        .unwrap();
+    assert_eq!(setting().await, "on", "after a key is released");
+    let record = store
+        .idempotency_lookup(m, "POST /v1/payments", "k1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (record.state.as_str(), record.response_status),
+        ("completed", Some(201)),
+        "the writes themselves happened"
+    );
+}
+
 dual_test! {
     /// A claim picks the oldest due rows through `webhook_inbox_work`, never by reading and
     /// sorting every row not yet processed: after a PSP's outage the backlog is tens of
