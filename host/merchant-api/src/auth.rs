@@ -39,7 +39,7 @@ pub async fn require_merchant(
     let presented = bearer(request.headers())?;
     let found = state
         .store
-        .authenticate_api_key(presented, &state.pepper)
+        .authenticate_api_key_cached(presented, &state.pepper)
         .await
         .map_err(crate::error::store_error)?;
     let Some((merchant, key)) = found else {

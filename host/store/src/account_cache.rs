@@ -1,18 +1,26 @@
-//! Connector accounts as the payment path reads them, kept for a short time.
+//! Connector accounts and API keys as the payment path reads them, kept for a
+//! short time.
 //!
 //! A payment used to read its connector account five or six times (routing
 //! twice, credentials before the attempt and before the call, each opening
 //! the sealed secrets again; the webhook route once more) and its merchant's
 //! routing configuration twice: about a tenth of its statements. The payment
-//! path now asks through [`AccountCache`] instead.
+//! path now asks through [`AccountCache`] instead. Every merchant request also
+//! read its API key and merchant: [`Store::authenticate_api_key_cached`] keeps a
+//! key that authenticated under its peppered hash (never the key itself), and
+//! never keeps a key that did not, so a new key works at once and a flood of
+//! guesses fills nothing.
 //!
 //! What stays exact:
 //! - Every write to `connector_accounts` or `routing_configs` through this
 //!   process's store (create, config, status, pause, resume, secret rotation,
-//!   reseal, routing) moves the generation, and an entry read under an older
-//!   generation is never used.
+//!   reseal, routing), every key revocation and every merchant update moves
+//!   the generation, and an entry read under an older generation is never
+//!   used: a key revoked or a merchant disabled through this process is
+//!   refused by its next request.
 //! - An entry lives at most `ttl` on the store's clock, so a change made by
-//!   another gateway instance on the same database is seen within `ttl`.
+//!   another gateway instance on the same database (a key revoked there too)
+//!   is seen within `ttl`.
 //! - A rotation window's end is applied on every read ([`valid_now`] on the
 //!   cached versions), not when the entry was filled.
 //! - At most [`MAX_ENTRIES`] entries per map; a full map is emptied.
@@ -24,7 +32,9 @@
 //!
 //! [`valid_now`]: crate::secrets::valid_now
 
-use crate::merchants::{ConnectorAccount, ConnectorCredentials};
+use crate::merchants::{
+    ApiKeyPepper, ApiKeyRecord, ConnectorAccount, ConnectorCredentials, Merchant,
+};
 use crate::routing::StoredRouting;
 use crate::{Store, StoreError};
 use std::collections::HashMap;
@@ -54,6 +64,8 @@ struct Maps {
     accounts: HashMap<String, Entry<Arc<Vec<ConnectorAccount>>>>,
     /// The merchant's routing configuration (None: it has none) by merchant id.
     routing: HashMap<String, Entry<Option<StoredRouting>>>,
+    /// Keys that authenticated, with their merchant, by the key's peppered hash.
+    api_keys: HashMap<String, Entry<(Merchant, ApiKeyRecord)>>,
 }
 
 #[derive(Debug)]
@@ -166,6 +178,33 @@ impl Store {
     ) -> Result<Option<StoredRouting>, StoreError> {
         let fetch = self.routing_config(merchant_id);
         self.cached(|m| &mut m.routing, merchant_id, fetch).await
+    }
+
+    /// [`Store::authenticate_api_key`] for the merchant API: a key that
+    /// authenticated is kept while fresh (see the module doc); one that did
+    /// not is read again every time.
+    pub async fn authenticate_api_key_cached(
+        &self,
+        presented: &str,
+        pepper: &ApiKeyPepper,
+    ) -> Result<Option<(Merchant, ApiKeyRecord)>, StoreError> {
+        let hash = pepper.hash(presented);
+        let cache = &self.account_cache;
+        let now = self.now_ms();
+        if let Some(hit) = cache.fresh(cache.maps().api_keys.get(&hash), now) {
+            return Ok(Some(hit));
+        }
+        let generation = cache.generation();
+        let Some(found) = self.api_key_by_hash(&hash).await? else {
+            return Ok(None);
+        };
+        let entry = Entry {
+            generation,
+            filled_at_ms: now,
+            value: found.clone(),
+        };
+        insert(&mut cache.maps().api_keys, &hash, entry);
+        Ok(Some(found))
     }
 
     /// One connector account, scoped to its merchant when `merchant_id` is

@@ -250,6 +250,8 @@ impl Store {
         .bind(self.now_ms())
         .execute(&self.writer)
         .await?;
+        // A disabled merchant's keys stop at once (the cached API keys).
+        self.account_cache.invalidate();
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("merchant", merchant_id));
         }
@@ -301,13 +303,21 @@ impl Store {
         presented: &str,
         pepper: &ApiKeyPepper,
     ) -> Result<Option<(Merchant, ApiKeyRecord)>, StoreError> {
+        self.api_key_by_hash(&pepper.hash(presented)).await
+    }
+
+    /// The active key with this peppered hash and its active merchant.
+    pub(crate) async fn api_key_by_hash(
+        &self,
+        key_hash: &str,
+    ) -> Result<Option<(Merchant, ApiKeyRecord)>, StoreError> {
         let row = sqlx::query(
             "SELECT k.id, k.merchant_id, k.key_prefix, k.label, k.created_at, k.revoked_at, \
                     m.name, m.status, m.created_at AS m_created_at, m.updated_at AS m_updated_at \
              FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
              WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND m.status = 'active'",
         )
-        .bind(pepper.hash(presented))
+        .bind(key_hash)
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
@@ -343,6 +353,8 @@ impl Store {
         .bind(self.now_ms())
         .execute(&self.writer)
         .await?;
+        // A revoked key stops at once (the cached API keys).
+        self.account_cache.invalidate();
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("api key", key_id));
         }

@@ -148,3 +148,70 @@ dual_test! {
             "another instance's replacement is seen once the cache time has passed");
     }
 }
+
+fn pepper() -> sluice_store::ApiKeyPepper {
+    sluice_store::ApiKeyPepper::new(b"the-cache-tests-pepper-0123456789".to_vec()).unwrap()
+}
+
+dual_test! {
+    async fn a_key_revoked_or_a_merchant_disabled_through_the_store_is_refused_by_the_next_request(&db) {
+        let store = db.store_with(options(db)).await;
+        let pepper = pepper();
+        let acme = store.create_merchant("Acme").await.unwrap();
+        let other = store.create_merchant("Other").await.unwrap();
+        let acme_key = store.issue_api_key(&acme.id, "ci", &pepper).await.unwrap();
+        let other_key = store.issue_api_key(&other.id, "ci", &pepper).await.unwrap();
+        let who = |key: &str| {
+            let (store, pepper, key) = (store.clone(), pepper.clone(), key.to_owned());
+            async move { store.authenticate_api_key_cached(&key, &pepper).await.unwrap().map(|(m, _)| m.id) }
+        };
+        assert_eq!(who(&acme_key.plaintext).await.as_deref(), Some(acme.id.as_str()));
+        assert_eq!(who(&other_key.plaintext).await.as_deref(), Some(other.id.as_str()), "each key answers for its own merchant");
+        assert_eq!(who(&acme_key.plaintext).await.as_deref(), Some(acme.id.as_str()), "from the cache, still its own");
+
+        store.revoke_api_key(&acme.id, &acme_key.record.id).await.unwrap();
+        assert_eq!(who(&acme_key.plaintext).await, None, "a revocation is seen at once");
+        assert_eq!(who(&other_key.plaintext).await.as_deref(), Some(other.id.as_str()));
+
+        store.update_merchant(&other.id, None, Some("disabled")).await.unwrap();
+        assert_eq!(who(&other_key.plaintext).await, None, "a disabled merchant is seen at once");
+    }
+}
+
+dual_test! {
+    async fn a_key_revoked_by_another_instance_is_refused_once_the_cache_time_has_passed(&db) {
+        let store = db.store_with(options(db)).await;
+        let pepper = pepper();
+        let merchant = store.create_merchant("Acme").await.unwrap();
+        let key = store.issue_api_key(&merchant.id, "ci", &pepper).await.unwrap();
+        assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some());
+
+        sqlx::query("UPDATE api_keys SET revoked_at = 1 WHERE id = $1")
+            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        db.clock.advance(TTL_MS - 1);
+        assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some(),
+            "within the cache time the entry stands (the documented staleness)");
+        assert!(store.authenticate_api_key(&key.plaintext, &pepper).await.unwrap().is_none(),
+            "the uncached read is never stale");
+        db.clock.advance(1);
+        assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_none());
+    }
+}
+
+dual_test! {
+    async fn a_key_that_did_not_authenticate_is_never_remembered(&db) {
+        let store = db.store_with(options(db)).await;
+        let pepper = pepper();
+        let merchant = store.create_merchant("Acme").await.unwrap();
+        let key = store.issue_api_key(&merchant.id, "ci", &pepper).await.unwrap();
+        sqlx::query("UPDATE api_keys SET revoked_at = 1 WHERE id = $1")
+            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_none());
+        assert!(store.authenticate_api_key_cached("sk_sluice_guess", &pepper).await.unwrap().is_none());
+
+        // Reinstated behind the store's back: a refusal was not kept, so the next read sees it.
+        sqlx::query("UPDATE api_keys SET revoked_at = NULL WHERE id = $1")
+            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some());
+    }
+}
