@@ -149,6 +149,16 @@ dual_test! {
     }
 }
 
+/// A key's revocation set or cleared behind every store's back, as another instance would.
+async fn set_revoked_behind(store: &Store, key_id: &str, revoked_at: Option<i64>) {
+    sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2")
+        .bind(revoked_at)
+        .bind(key_id)
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
 fn pepper() -> sluice_store::ApiKeyPepper {
     sluice_store::ApiKeyPepper::new(b"the-cache-tests-pepper-0123456789".to_vec()).unwrap()
 }
@@ -186,8 +196,7 @@ dual_test! {
         let key = store.issue_api_key(&merchant.id, "ci", &pepper).await.unwrap();
         assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some());
 
-        sqlx::query("UPDATE api_keys SET revoked_at = 1 WHERE id = $1")
-            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        set_revoked_behind(&store, &key.record.id, Some(1)).await;
         db.clock.advance(TTL_MS - 1);
         assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some(),
             "within the cache time the entry stands (the documented staleness)");
@@ -204,14 +213,12 @@ dual_test! {
         let pepper = pepper();
         let merchant = store.create_merchant("Acme").await.unwrap();
         let key = store.issue_api_key(&merchant.id, "ci", &pepper).await.unwrap();
-        sqlx::query("UPDATE api_keys SET revoked_at = 1 WHERE id = $1")
-            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        set_revoked_behind(&store, &key.record.id, Some(1)).await;
         assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_none());
         assert!(store.authenticate_api_key_cached("sk_sluice_guess", &pepper).await.unwrap().is_none());
 
         // Reinstated behind the store's back: a refusal was not kept, so the next read sees it.
-        sqlx::query("UPDATE api_keys SET revoked_at = NULL WHERE id = $1")
-            .bind(&key.record.id).execute(store.pool()).await.unwrap();
+        set_revoked_behind(&store, &key.record.id, None).await;
         assert!(store.authenticate_api_key_cached(&key.plaintext, &pepper).await.unwrap().is_some());
     }
 }

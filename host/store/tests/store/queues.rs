@@ -151,34 +151,22 @@ async fn on_postgres_an_idempotency_keys_lazy_commit_never_outlives_its_own_stat
             .await
             .unwrap()
     };
+    let begin =
+        |key: &'static str| store.idempotency_begin(m, "POST /v1/payments", key, "fp", 30_000);
     assert_eq!(setting().await, "on");
-    assert_eq!(
-        store
-            .idempotency_begin(m, "POST /v1/payments", "k1", "fp", 30_000)
-            .await
-            .unwrap(),
-        IdempotencyBegin::Started
-    );
+    assert_eq!(begin("k1").await.unwrap(), IdempotencyBegin::Started);
     assert_eq!(setting().await, "on", "after the key is taken");
     store
         .idempotency_complete(m, "POST /v1/payments", "k1", 201, "{}")
         .await
         .unwrap();
     assert_eq!(setting().await, "on", "after the response is stored");
-    assert_eq!(
-        store
-            .idempotency_begin(m, "POST /v1/payments", "k2", "fp", 30_000)
-            .await
-            .unwrap(),
-        IdempotencyBegin::Started
-    );
+    assert_eq!(begin("k2").await.unwrap(), IdempotencyBegin::Started);
     db.clock.advance(30_001);
     assert_eq!(
-        store
-            .idempotency_begin(m, "POST /v1/payments", "k2", "fp", 30_000)
-            .await
-            .unwrap(),
-        IdempotencyBegin::Started
+        begin("k2").await.unwrap(),
+        IdempotencyBegin::Started,
+        "the lease is taken over"
     );
     assert_eq!(setting().await, "on", "after a lease is taken over");
     store
