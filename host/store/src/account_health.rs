@@ -127,7 +127,7 @@ impl Store {
 }
 
 async fn insert_event(
-    tx: &mut crate::db::Tx,
+    tx: &mut crate::db::Conn,
     account_id: &str,
     kind: &str,
     detail: &str,
@@ -143,7 +143,7 @@ async fn insert_event(
     .bind(detail)
     .bind(actor)
     .bind(at_ms)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }

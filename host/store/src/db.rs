@@ -10,6 +10,11 @@ use std::path::Path;
 /// A write transaction on either backend.
 pub(crate) type Tx = Transaction<'static, Any>;
 
+/// What the store's statements run on: a [`Tx`]'s connection (a `&mut Tx`
+/// coerces to it), or on PostgreSQL a connection outside any transaction for
+/// a write that is one statement (`door.rs`, [`Door`](crate::door)).
+pub(crate) type Conn = AnyConnection;
+
 /// Make the SQLite URL create its file, and the file's directory, if missing.
 pub(crate) fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     let rest = url
@@ -160,6 +165,20 @@ impl Store {
         };
         self.env.reached(AwaitPoint::InWrite).await;
         Ok(tx)
+    }
+
+    /// PostgreSQL: a connection for a write that is one statement outside
+    /// any transaction, which commits by itself. Reached between the same
+    /// await points as [`Store::begin_write`]'s `BEGIN`, so that a try is
+    /// the same sequence of them on both backends; its end is
+    /// [`AwaitPoint::AfterCommit`] as a commit's.
+    pub(crate) async fn begin_alone(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<Any>, StoreError> {
+        self.env.reached(AwaitPoint::BeforeWrite).await;
+        let conn = self.writer.acquire().await?;
+        self.env.reached(AwaitPoint::InWrite).await;
+        Ok(conn)
     }
 
     /// Commit a write transaction. Its end is an await point too

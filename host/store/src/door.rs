@@ -30,7 +30,7 @@ pub use locate::AccountScope;
 pub use operator::{ESCALATE_KIND, RECONCILIATION_KIND, RESOLVE_KIND};
 
 use crate::adapter_releases::AdapterPin;
-use crate::db::Tx;
+use crate::db::{Conn, Tx};
 use crate::fulfillment;
 use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
@@ -300,6 +300,53 @@ pub(crate) enum Step<T> {
     Retry,
 }
 
+/// Where one try of the door reads and writes.
+pub(crate) enum Door<'a> {
+    /// Inside the try's write transaction: on SQLite always (its
+    /// `BEGIN IMMEDIATE` is the write lock the reads are taken under), on
+    /// PostgreSQL when the decision's writes are more than one statement.
+    InTx(&'a mut Conn),
+    /// PostgreSQL: a connection outside any transaction. The reads are single
+    /// statements under read committed, exactly as they would be inside one
+    /// (the order's version is what makes a decision current, checked by its
+    /// writes); the writes are one statement that checks itself and commits
+    /// all of them or none ([`Batch::run_alone`]). A decision whose writes
+    /// cannot be one statement comes back `None` from
+    /// [`Store::carry_out`], and the try is taken again in a transaction.
+    Alone(&'a mut Conn),
+}
+
+impl Door<'_> {
+    fn conn(&mut self) -> &mut Conn {
+        match self {
+            Door::InTx(conn) | Door::Alone(conn) => conn,
+        }
+    }
+
+    /// Run a decision's writes; `None` when they cannot run outside a
+    /// transaction: more than one statement, or `follows` (the fulfillment
+    /// follows the payment in the same commit).
+    async fn write(
+        &mut self,
+        batch: &Batch,
+        backend: crate::Backend,
+        follows: bool,
+    ) -> Result<Option<Outcome>, StoreError> {
+        match self {
+            Door::InTx(conn) => batch.run(conn, backend).await.map(Some),
+            Door::Alone(_) if follows || batch.needs_transaction() => Ok(None),
+            Door::Alone(conn) => batch.run_alone(conn).await.map(Some),
+        }
+    }
+}
+
+/// A step taken inside a transaction, which never asks for one.
+fn in_tx<T>(step: Option<Step<T>>) -> Result<Step<T>, StoreError> {
+    step.ok_or_else(|| {
+        StoreError::Unapplicable("a door decision inside a transaction asked for one".into())
+    })
+}
+
 /// Finish one try of a door decision: commit a decision that was carried
 /// out, or roll back a lost CAS race and back off before the next try.
 async fn finish_try(
@@ -317,6 +364,28 @@ async fn finish_try(
         }
         Step::Retry => {
             tx.rollback().await?;
+            cas_backoff(env, tries).await;
+            Ok(None)
+        }
+    }
+}
+
+/// [`finish_try`] for a try outside a transaction ([`Door::Alone`]): a
+/// decision carried out has committed with its statement; a lost race wrote
+/// nothing.
+async fn finish_alone(
+    env: &Env,
+    step: Step<Applied>,
+    tries: u32,
+) -> Result<Option<Applied>, StoreError> {
+    match step {
+        Step::Done(mut applied) => {
+            env.reached(crate::env::AwaitPoint::AfterCommit).await;
+            applied.tries = tries;
+            log_applied(&applied);
+            Ok(Some(applied))
+        }
+        Step::Retry => {
             cas_backoff(env, tries).await;
             Ok(None)
         }
@@ -359,9 +428,7 @@ impl Store {
         // next (the publisher's tasks, once) becomes its child after it closed.
         async {
             for tries in 1..=MAX_CAS_TRIES {
-                let mut tx = self.begin_write().await?;
-                let step = self.apply_event_once(&mut tx, input, sent).await?;
-                if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
+                if let Some(applied) = self.event_try(input, sent, tries).await? {
                     return Ok(applied);
                 }
             }
@@ -373,6 +440,32 @@ impl Store {
         }
         .instrument(span)
         .await
+    }
+
+    /// One try of an event through the door. On PostgreSQL outside a
+    /// transaction first ([`Door::Alone`]), taken again inside one when its
+    /// writes need it; the await points are the same as a transaction's and
+    /// each is reached once a try, on both backends.
+    async fn event_try(
+        &self,
+        input: &ApplyEvent,
+        sent: Option<&SentCall>,
+        tries: u32,
+    ) -> Result<Option<Applied>, StoreError> {
+        if self.backend == crate::Backend::Postgres {
+            let mut conn = self.begin_alone().await?;
+            let door = Door::Alone(&mut conn);
+            if let Some(step) = self.apply_event_once(door, input, sent).await? {
+                return finish_alone(&self.env, step, tries).await;
+            }
+        }
+        let mut tx = match self.backend {
+            crate::Backend::Sqlite => self.begin_write().await?,
+            // This try's await points before the write were reached above.
+            crate::Backend::Postgres => self.writer.begin().await?,
+        };
+        let step = in_tx(self.apply_event_once(Door::InTx(&mut tx), input, sent).await?)?;
+        finish_try(&self.env, tx, step, tries).await
     }
 
     /// Apply an order command (`Cancel`, `Expire`, `GiveUp`) through the door.
@@ -418,7 +511,7 @@ impl Store {
                 command_kind(command),
                 provenance,
             );
-            let step = self.carry_out(&mut tx, plan).await?;
+            let step = in_tx(self.carry_out(&mut Door::InTx(&mut tx), plan).await?)?;
             if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
@@ -458,7 +551,7 @@ impl Store {
                 "COMMAND_CANCEL_UNSENT_REFUND",
                 provenance,
             );
-            let step = self.carry_out(&mut tx, plan).await?;
+            let step = in_tx(self.carry_out(&mut Door::InTx(&mut tx), plan).await?)?;
             if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
@@ -470,12 +563,15 @@ impl Store {
         })
     }
 
+    /// One try of an event's decision; `None` when its writes need a
+    /// transaction and `door` is [`Door::Alone`].
     async fn apply_event_once(
         &self,
-        tx: &mut Tx,
+        mut door: Door<'_>,
         input: &ApplyEvent,
         sent: Option<&SentCall>,
-    ) -> Result<Step<Applied>, StoreError> {
+    ) -> Result<Option<Step<Applied>>, StoreError> {
+        let tx = door.conn();
         let Head {
             located,
             order,
@@ -565,11 +661,16 @@ impl Store {
             next_retry_time: input.next_retry_time,
             sent,
         };
-        self.carry_out(tx, plan).await
+        self.carry_out(&mut door, plan).await
     }
 
-    /// Steps 4–6 for any verdict.
-    async fn carry_out(&self, tx: &mut Tx, plan: Plan<'_>) -> Result<Step<Applied>, StoreError> {
+    /// Steps 4–6 for any verdict; `None` when the writes need a transaction
+    /// and `door` is [`Door::Alone`].
+    async fn carry_out(
+        &self,
+        tx: &mut Door<'_>,
+        plan: Plan<'_>,
+    ) -> Result<Option<Step<Applied>>, StoreError> {
         let now = self.now_ms();
         // Its miss: another processor committed this inbox row meanwhile;
         // the next try sees it processed and records a duplicate.
@@ -585,11 +686,11 @@ impl Store {
     /// An applied decision's writes, its `inbox` row's last.
     async fn carry_out_applied(
         &self,
-        tx: &mut Tx,
+        tx: &mut Door<'_>,
         plan: &Plan<'_>,
         inbox: Option<Write>,
         now: i64,
-    ) -> Result<Step<Applied>, StoreError> {
+    ) -> Result<Option<Step<Applied>>, StoreError> {
         let moves = self.moves(plan, now)?;
         let mut batch = Batch::default();
         batch.push(cas_order_write(&plan.order, moves.order_state, None, now));
@@ -616,19 +717,23 @@ impl Store {
             outbox_event_ids.push(id);
         }
         inbox.into_iter().for_each(|w| batch.push(w));
-        let outcome = batch.run(tx, self.backend).await;
-        let Outcome::Done(mut history_ids) = outcome.map_err(|e| moves.conflict(e, plan))? else {
-            return Ok(Step::Retry);
+        let follows = plan.order.fulfillment.mode.is_some();
+        let outcome = tx.write(&batch, self.backend, follows).await;
+        let Some(outcome) = outcome.map_err(|e| moves.conflict(e, plan))? else {
+            return Ok(None);
+        };
+        let Outcome::Done(mut history_ids) = outcome else {
+            return Ok(Some(Step::Retry));
         };
         // The subject's row is named first (the batch returned one id per
         // history row, so `subject_row` is in range).
         let subject_id = history_ids.remove(subject_row);
         history_ids.insert(0, subject_id);
-        if !self.follow_fulfillment(tx, plan, &moves, now).await? {
-            return Ok(Step::Retry);
+        if !self.follow_fulfillment(tx.conn(), plan, &moves, now).await? {
+            return Ok(Some(Step::Retry));
         }
         let subject = &plan.subject;
-        Ok(Step::Done(Applied {
+        Ok(Some(Step::Done(Applied {
             decision: DecisionKind::Applied,
             reason: plan.verdict.reason.clone(),
             payment_id: plan.order.id.clone(),
@@ -642,7 +747,7 @@ impl Store {
             history_ids,
             outbox_event_ids,
             tries: 1,
-        }))
+        })))
     }
 
     /// What an applied decision moves, worked out before anything is written.
@@ -773,7 +878,7 @@ impl Store {
     /// when its own compare-and-set missed (decide again).
     async fn follow_fulfillment(
         &self,
-        tx: &mut Tx,
+        tx: &mut Conn,
         plan: &Plan<'_>,
         moves: &Moves<'_>,
         now: i64,
@@ -801,11 +906,11 @@ impl Store {
     /// its `inbox` row last.
     async fn carry_out_unapplied(
         &self,
-        tx: &mut Tx,
+        tx: &mut Door<'_>,
         plan: &Plan<'_>,
         inbox: Option<Write>,
         now: i64,
-    ) -> Result<Step<Applied>, StoreError> {
+    ) -> Result<Option<Step<Applied>>, StoreError> {
         let mut batch = Batch::default();
         let (verdict, order, subject) = (&plan.verdict, &plan.order, &plan.subject);
         let identity = plan.identity();
@@ -839,10 +944,13 @@ impl Store {
             outbox_event_ids.push(id);
         }
         inbox.into_iter().for_each(|w| batch.push(w));
-        let Outcome::Done(history_ids) = batch.run(tx, self.backend).await? else {
-            return Ok(Step::Retry);
+        let Some(outcome) = tx.write(&batch, self.backend, false).await? else {
+            return Ok(None);
         };
-        Ok(Step::Done(Applied {
+        let Outcome::Done(history_ids) = outcome else {
+            return Ok(Some(Step::Retry));
+        };
+        Ok(Some(Step::Done(Applied {
             decision: verdict.kind,
             reason: verdict.reason.clone(),
             payment_id: order.id.clone(),
@@ -856,7 +964,7 @@ impl Store {
             history_ids,
             outbox_event_ids,
             tries: 1,
-        }))
+        })))
     }
 
     /// The merchant told once that the payment needs review.
@@ -942,7 +1050,7 @@ impl Store {
 /// with a fulfillment block succeeded (PaymentSucceeded with the attempt that
 /// took the money), or its compensation refund reached a definitive outcome.
 async fn fulfillment_follow_up(
-    tx: &mut Tx,
+    tx: &mut Conn,
     plan: &Plan<'_>,
     new_state: &str,
     terminal: bool,
@@ -1001,7 +1109,7 @@ struct Head {
 /// after its order, which comes first: every change to the payment bumps the
 /// order's version, so a change committed after this read makes the final
 /// CAS miss.
-async fn read_head(tx: &mut Tx, input: &ApplyEvent) -> Result<Head, StoreError> {
+async fn read_head(tx: &mut Conn, input: &ApplyEvent) -> Result<Head, StoreError> {
     use payments::AttemptKey;
     let located = match &input.target {
         // The host's own reference: the attempt and its payment at once.
@@ -1395,7 +1503,7 @@ struct Located {
 /// The id of the row of `table` whose `column` is `key`, and the payment it
 /// belongs to: one statement, as every door entry needs both.
 async fn find_row(
-    tx: &mut Tx,
+    tx: &mut Conn,
     table: &str,
     column: &str,
     key: &str,
@@ -1404,7 +1512,7 @@ async fn find_row(
         "SELECT id, payment_id FROM {table} WHERE {column} = $1"
     ))
     .bind(key)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?;
     Ok(match row {
         Some(row) => Some((row.try_get("id")?, row.try_get("payment_id")?)),
@@ -1412,10 +1520,10 @@ async fn find_row(
     })
 }
 
-async fn inbox_processed(tx: &mut Tx, inbox_id: &str) -> Result<bool, StoreError> {
+async fn inbox_processed(tx: &mut Conn, inbox_id: &str) -> Result<bool, StoreError> {
     let row = sqlx::query("SELECT status FROM webhook_inbox WHERE id = $1")
         .bind(inbox_id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::not_found("inbox entry", inbox_id))?;
     Ok(row.try_get::<String, _>("status")? == "processed")
@@ -1431,7 +1539,7 @@ fn inbox_processed_write(inbox_id: &str, now: i64) -> Write {
 
 /// Record a refused order command (as evidence) inside the caller's transaction.
 pub(crate) async fn record_order_refusal<S>(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
     command: OrderCommand,
     decision: &Decision<S>,

@@ -21,7 +21,7 @@
 //! transactions. Call, query and refund-sending effects are for the caller,
 //! after commit, from the persisted row.
 
-use crate::db::{int, opt_int, opt_text, Tx};
+use crate::db::{int, opt_int, opt_text, Conn};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, NewHistory, Provenance};
 use crate::ids::At;
@@ -114,12 +114,12 @@ const RECORD_COLS: &str = "fulfillment_version, fulfillment_state, fulfillment_a
     fulfillment_checks, fulfillment_next_check_at, compensation_refund_reference, \
     compensation_reason, fulfillment_review_json";
 
-async fn record_in(tx: &mut Tx, payment_id: &str) -> Result<Record, StoreError> {
+async fn record_in(tx: &mut Conn, payment_id: &str) -> Result<Record, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {RECORD_COLS} FROM payment_orders WHERE id = $1"
     ))
     .bind(payment_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
     Ok(Record {
@@ -137,7 +137,7 @@ async fn record_in(tx: &mut Tx, payment_id: &str) -> Result<Record, StoreError> 
 /// Every attempt reference minted for the same business goal of the same
 /// merchant, except `ours`.
 async fn sibling_references(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
     biz_key: &str,
     ours: Option<&str>,
@@ -149,7 +149,7 @@ async fn sibling_references(
     )
     .bind(&order.merchant_id)
     .bind(biz_key)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
@@ -167,7 +167,7 @@ fn corrupt(detail: String) -> StoreError {
 
 /// The core's snapshot of an order's fulfillment, or None without a block.
 async fn snapshot_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
     input: &FulfillmentInput,
 ) -> Result<Option<(FulfillmentSnapshot, Record)>, StoreError> {
@@ -246,7 +246,7 @@ fn history_decision(decision: &FulfillmentDecision) -> &'static str {
 /// `bump_payment`: false when the caller (the payment door) already moved
 /// the payment version in this transaction.
 pub(crate) async fn fulfillment_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     input: &FulfillmentInput,
     provenance: &Provenance,
@@ -326,7 +326,7 @@ pub(crate) async fn fulfillment_in(
         )
         .bind(after.compensation.as_ref().map(|c| c.reason.as_str()))
         .bind(review_json.as_deref())
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?
     } else {
         sqlx::query(
@@ -335,7 +335,7 @@ pub(crate) async fn fulfillment_in(
         )
         .bind(&order.id)
         .bind(snapshot.version)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?
     };
     if done.rows_affected() != 1 {
@@ -459,7 +459,7 @@ pub(crate) async fn fulfillment_in(
 /// decision implies, if any (the payment succeeded; the compensation refund
 /// reached a definitive outcome). Returns Retry when the fulfillment moved.
 pub(crate) async fn follow_payment_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     input: FulfillmentInput,
     provenance: &Provenance,
@@ -477,7 +477,7 @@ pub(crate) async fn follow_payment_in(
 
 /// Whether `refund_reference` is this payment's compensation refund.
 pub(crate) async fn is_compensation_refund(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     refund_reference: &str,
 ) -> Result<bool, StoreError> {

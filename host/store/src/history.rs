@@ -1,7 +1,7 @@
 //! The state history: one append-only row per decision about an aggregate,
 //! applied or not, with its evidence. The database refuses UPDATE and DELETE.
 
-use crate::db::{int, opt_int, opt_text, text, Tx};
+use crate::db::{int, opt_int, opt_text, text, Conn};
 use crate::door::batch::{Bind, Expect, Write};
 use crate::{Store, StoreError};
 use sqlx::any::AnyRow;
@@ -159,7 +159,7 @@ const HISTORY_COLUMNS: usize = 25;
 pub(crate) const MAX_ROWS_PER_APPEND: usize = 8;
 
 /// Append one history row inside the caller's transaction; returns its id.
-pub(crate) async fn append(tx: &mut Tx, h: &NewHistory<'_>, now: i64) -> Result<i64, StoreError> {
+pub(crate) async fn append(tx: &mut Conn, h: &NewHistory<'_>, now: i64) -> Result<i64, StoreError> {
     let ids = append_all(tx, std::slice::from_ref(h), now).await?;
     ids.first()
         .copied()
@@ -169,7 +169,7 @@ pub(crate) async fn append(tx: &mut Tx, h: &NewHistory<'_>, now: i64) -> Result<
 /// Append `rows` in one statement inside the caller's transaction; returns
 /// their ids in the order of `rows` (the ids grow in that order too).
 pub(crate) async fn append_all(
-    tx: &mut Tx,
+    tx: &mut Conn,
     rows: &[NewHistory<'_>],
     now: i64,
 ) -> Result<Vec<i64>, StoreError> {
@@ -187,7 +187,7 @@ pub(crate) async fn append_all(
     for h in rows {
         query = bind_row(query, h, now);
     }
-    let returned = query.fetch_all(&mut **tx).await?;
+    let returned = query.fetch_all(&mut *tx).await?;
     let mut ids = returned
         .iter()
         .map(|row| row.try_get::<i64, _>("id"))

@@ -3,7 +3,7 @@
 //! Event ids are minted once at insert and never change, so consumers dedupe
 //! on them.
 
-use crate::db::{int, opt_int, opt_text, text, Tx};
+use crate::db::{int, opt_int, opt_text, text, Conn};
 use crate::door::batch::Write;
 use crate::ids::{self, At};
 use crate::{Backend, Store, StoreError};
@@ -72,13 +72,13 @@ fn message_from(row: &AnyRow) -> Result<OutboxMessage, StoreError> {
 
 /// Write one outbox row inside the caller's transaction; returns its event id.
 pub(crate) async fn insert(
-    tx: &mut Tx,
+    tx: &mut Conn,
     event: &NewOutboxEvent<'_>,
     at: At<'_>,
 ) -> Result<String, StoreError> {
     let (write, event_id) = insert_write(event, at);
     crate::door::batch::bind_all(sqlx::query(&write.sql), write.binds)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(event_id)
 }

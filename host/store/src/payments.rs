@@ -1,7 +1,7 @@
 //! Payment orders, their amounts, attempts, captures and refunds: the rows,
 //! their creation, and the read side the API and the orchestrator use.
 
-use crate::db::{int, json, opt_int, opt_text, parsed, text, Tx};
+use crate::db::{int, json, opt_int, opt_text, parsed, text, Conn};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, AnyQuery, NewHistory, Provenance};
 use crate::merchants::ConnectorCredentials;
@@ -519,12 +519,12 @@ impl Refund {
 
 // ---- reads inside a transaction (the door uses these) -------------------------
 
-pub(crate) async fn order_in(tx: &mut Tx, payment_id: &str) -> Result<PaymentOrder, StoreError> {
+pub(crate) async fn order_in(tx: &mut Conn, payment_id: &str) -> Result<PaymentOrder, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {ORDER_COLS} FROM payment_orders WHERE id = $1"
     ))
     .bind(payment_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("payment", payment_id))?;
     order_from(&row)
@@ -682,21 +682,21 @@ async fn details_head(
 }
 
 pub(crate) async fn amounts_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
 ) -> Result<PaymentAmounts, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {AMOUNT_COLS} FROM payment_amounts WHERE payment_id = $1"
     ))
     .bind(payment_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("payment amounts", payment_id))?;
     amounts_from(&row)
 }
 
 pub(crate) async fn latest_attempt_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
 ) -> Result<Option<PaymentAttempt>, StoreError> {
     let row = sqlx::query(&format!(
@@ -704,40 +704,40 @@ pub(crate) async fn latest_attempt_in(
          ORDER BY attempt_no DESC LIMIT 1"
     ))
     .bind(payment_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?;
     row.as_ref().map(attempt_from).transpose()
 }
 
 pub(crate) async fn attempt_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     attempt_id: &str,
 ) -> Result<PaymentAttempt, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE id = $1"
     ))
     .bind(attempt_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
     attempt_from(&row)
 }
 
-pub(crate) async fn capture_in(tx: &mut Tx, capture_id: &str) -> Result<Capture, StoreError> {
+pub(crate) async fn capture_in(tx: &mut Conn, capture_id: &str) -> Result<Capture, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {CAPTURE_COLS} FROM captures WHERE id = $1"
     ))
     .bind(capture_id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("capture", capture_id))?;
     capture_from(&row)
 }
 
-pub(crate) async fn refund_in(tx: &mut Tx, refund_id: &str) -> Result<Refund, StoreError> {
+pub(crate) async fn refund_in(tx: &mut Conn, refund_id: &str) -> Result<Refund, StoreError> {
     let row = sqlx::query(&format!("SELECT {REFUND_COLS} FROM refunds WHERE id = $1"))
         .bind(refund_id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::not_found("refund", refund_id))?;
     refund_from(&row)
@@ -826,7 +826,20 @@ fn created_row<'a>(order: &'a PaymentOrder, provenance: &'a Provenance) -> NewHi
 
 /// Insert a new order and its amounts; a used merchant order number is a
 /// conflict, an unknown merchant not found.
-async fn insert_new_order(tx: &mut Tx, order: &PaymentOrder) -> Result<(), StoreError> {
+/// A payment created with its first attempt, as that start leaves the order.
+fn created_with(order: PaymentOrder, first: PaymentAttempt) -> (PaymentOrder, PaymentAttempt) {
+    tracing::info!(payment_id = %order.id, attempt_id = %first.id, adapter = %first.adapter,
+        "payment created with its first attempt");
+    let order = PaymentOrder {
+        state: OrderState::Processing,
+        version: 1,
+        updated_at: first.created_at,
+        ..order
+    };
+    (order, first)
+}
+
+async fn insert_new_order(tx: &mut Conn, order: &PaymentOrder) -> Result<(), StoreError> {
     insert_order(tx, order)
         .await
         .map_err(|e| order_insert_error(order, e))
@@ -897,33 +910,40 @@ impl Store {
             .await?;
         let order = new_order(payment_id.to_owned(), new, self.now_ms())?;
         let amounts = new_amounts(&order);
-        let mut tx = self.begin_write().await?;
-        // Drawn first on both backends, so that the simulator's seeds draw
-        // the same ids on both whether the insert succeeds or not.
-        let attempt_id = ids::attempt(&self.env);
-        let at_once = match self.backend {
+        let (mut tx, attempt_id) = match self.backend {
             Backend::Postgres => {
+                // One statement outside a transaction when the start is plain.
+                let mut conn = self.begin_alone().await?;
+                // Drawn first on both backends, so that the simulator's seeds
+                // draw the same ids on both whether the insert succeeds or not.
+                let attempt_id = ids::attempt(&self.env);
                 let first = (attempt, attempt_id.clone());
-                self.start_with_new_order(&mut tx, &order, &amounts, first, &account, provenance)
-                    .await?
+                let alone = self
+                    .start_with_new_order(&mut conn, &order, &amounts, first, &account, provenance)
+                    .await?;
+                if let Some(first) = alone {
+                    self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
+                    return Ok(created_with(order, first));
+                }
+                // This write's await points before the `BEGIN` were reached.
+                (self.writer.begin().await?, attempt_id)
             }
-            Backend::Sqlite => None,
-        };
-        let started = match at_once {
-            Some(first) => Step::Done(Ok(first)),
-            None => {
-                insert_new_order(&mut tx, &order).await?;
-                let basis = AttemptBasis {
-                    order: &order,
-                    amounts: &amounts,
-                    latest: None,
-                    attempt_id: Some(attempt_id),
-                };
-                let lead = created_row(&order, provenance);
-                self.start_attempt_on(&mut tx, basis, attempt, &account, provenance, Some(lead))
-                    .await?
+            Backend::Sqlite => {
+                let tx = self.begin_write().await?;
+                (tx, ids::attempt(&self.env))
             }
         };
+        insert_new_order(&mut tx, &order).await?;
+        let basis = AttemptBasis {
+            order: &order,
+            amounts: &amounts,
+            latest: None,
+            attempt_id: Some(attempt_id),
+        };
+        let lead = created_row(&order, provenance);
+        let started = self
+            .start_attempt_on(&mut tx, basis, attempt, &account, provenance, Some(lead))
+            .await?;
         // A fresh order, locked by this transaction: the rule applies and the
         // version check holds; anything else rolls the creation back too.
         let Step::Done(Ok(first)) = started else {
@@ -933,15 +953,7 @@ impl Store {
             )));
         };
         self.commit_write(tx).await?;
-        tracing::info!(payment_id, attempt_id = %first.id, adapter = %first.adapter,
-            "payment created with its first attempt");
-        let order = PaymentOrder {
-            state: OrderState::Processing,
-            version: 1,
-            updated_at: first.created_at,
-            ..order
-        };
-        Ok((order, first))
+        Ok(created_with(order, first))
     }
 
     /// On PostgreSQL, a fresh order and its first attempt in one statement:
@@ -955,7 +967,7 @@ impl Store {
     /// give.
     async fn start_with_new_order(
         &self,
-        tx: &mut Tx,
+        tx: &mut Conn,
         order: &PaymentOrder,
         amounts: &PaymentAmounts,
         (new, attempt_id): (&NewAttempt, String),
@@ -1000,7 +1012,7 @@ impl Store {
             query = history::bind_row(query, row, now);
         }
         query
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .map_err(|e| order_insert_error(order, e.into()))?;
         Ok(Some(attempt))
@@ -1057,7 +1069,7 @@ impl Store {
 
     async fn create_attempt_once(
         &self,
-        tx: &mut Tx,
+        tx: &mut Conn,
         new: &NewAttempt,
         account: &ConnectorCredentials,
         provenance: &Provenance,
@@ -1079,7 +1091,7 @@ impl Store {
     /// when both happen in one transaction).
     async fn start_attempt_on(
         &self,
-        tx: &mut Tx,
+        tx: &mut Conn,
         basis: AttemptBasis<'_>,
         new: &NewAttempt,
         account: &ConnectorCredentials,
@@ -1717,7 +1729,7 @@ impl<'a> Started<'a> {
 /// The order's CAS to `new_state` for a new attempt: false when another
 /// writer moved its version first.
 async fn bump_order(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
     new_state: OrderState,
     now: i64,
@@ -1730,7 +1742,7 @@ async fn bump_order(
     .bind(order.version)
     .bind(new_state.as_str())
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(bumped.rows_affected() == 1)
 }
@@ -1768,13 +1780,13 @@ fn bind_order<'q>(query: AnyQuery<'q>, order: &'q PaymentOrder, updated_at: i64)
         .bind(updated_at)
 }
 
-async fn insert_order(tx: &mut Tx, order: &PaymentOrder) -> Result<(), StoreError> {
+async fn insert_order(tx: &mut Conn, order: &PaymentOrder) -> Result<(), StoreError> {
     bind_order(sqlx::query(INSERT_ORDER), order, order.created_at)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     // The amounts' three parameters are the order's first, fifth and fourth.
     bind_order(sqlx::query(INSERT_AMOUNTS), order, order.created_at)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }
@@ -1823,9 +1835,9 @@ fn bind_attempt<'q>(query: AnyQuery<'q>, a: &'q PaymentAttempt) -> AnyQuery<'q> 
         .bind(a.payment_method_type.as_deref())
 }
 
-async fn insert_attempt(tx: &mut Tx, a: &PaymentAttempt) -> Result<(), StoreError> {
+async fn insert_attempt(tx: &mut Conn, a: &PaymentAttempt) -> Result<(), StoreError> {
     bind_attempt(sqlx::query(&insert_attempt_sql(0)), a)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }

@@ -458,7 +458,7 @@ impl Store {
 }
 
 async fn insert_difference(
-    tx: &mut crate::db::Tx,
+    tx: &mut crate::db::Conn,
     run_id: &str,
     seq: i64,
     diff: &NewDifference,
@@ -485,7 +485,7 @@ async fn insert_difference(
     .bind(diff.psp.to_string())
     .bind(diff.repair.as_ref().map(|r| r.to_string()))
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }

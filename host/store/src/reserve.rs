@@ -5,7 +5,7 @@
 //! the door, when the PSP's answer arrives (success settles, definitive
 //! failure releases, unknown keeps the reservation).
 
-use crate::db::Tx;
+use crate::db::Conn;
 use crate::history::{self, NewHistory, Provenance};
 use crate::ids::{self, At};
 use crate::outbox::{self, NewOutboxEvent};
@@ -86,7 +86,7 @@ impl Store {
     /// caller must roll back.
     pub(crate) async fn reserve_refund_in(
         &self,
-        tx: &mut crate::db::Tx,
+        tx: &mut crate::db::Conn,
         request: &RefundRequest,
         provenance: &Provenance,
     ) -> Result<Reservation<Refund>, StoreError> {
@@ -248,7 +248,7 @@ enum Reserve {
 /// `amount` only if it fits in what is left; otherwise nothing changes and
 /// the error names what was available.
 async fn reserve_amount(
-    tx: &mut Tx,
+    tx: &mut Conn,
     what: Reserve,
     payment_id: &str,
     amount: i64,
@@ -267,7 +267,7 @@ async fn reserve_amount(
     let reserved = sqlx::query(sql)
         .bind(payment_id)
         .bind(amount)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     if reserved.rows_affected() > 0 {
         return Ok(());
@@ -304,14 +304,14 @@ const CAPTURE_TABLE: (&str, &str) = ("captures", CAPTURE_COLS);
 
 /// The refund or capture holding `reference`, if any.
 async fn by_reference<T>(
-    tx: &mut Tx,
+    tx: &mut Conn,
     (table, cols): (&str, &str),
     reference: &str,
     from: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
     let row = sqlx::query(&format!("SELECT {cols} FROM {table} WHERE reference = $1"))
         .bind(reference)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
     row.as_ref().map(from).transpose()
 }
@@ -320,7 +320,7 @@ async fn by_reference<T>(
 /// a replay of its keyed request answers with. The same key with other
 /// parameters (`same` false) is refused.
 async fn creation_of(
-    tx: &mut Tx,
+    tx: &mut Conn,
     aggregate_type: &str,
     aggregate_id: &str,
     same: bool,
@@ -334,7 +334,7 @@ async fn creation_of(
     )
     .bind(aggregate_type)
     .bind(aggregate_id)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?;
     let outbox = sqlx::query(
         "SELECT event_id FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 \
@@ -342,7 +342,7 @@ async fn creation_of(
     )
     .bind(aggregate_type)
     .bind(aggregate_id)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?;
     tracing::info!(
         aggregate_type,
@@ -379,7 +379,7 @@ impl<T> Reservation<T> {
 /// `fulfilled` order (or any other state) whatever the caller believed. A
 /// refusal changes nothing and is an error.
 pub(crate) async fn reserve_compensation_in(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
     refund_reference: &str,
     reason: &str,
@@ -403,14 +403,14 @@ pub(crate) async fn reserve_compensation_in(
     .bind(&order.id)
     .bind(amount)
     .bind(refund_reference)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     if reserved.rows_affected() == 0 {
         let row = sqlx::query(
             "SELECT fulfillment_state, compensation_refund_reference FROM payment_orders WHERE id = $1",
         )
         .bind(&order.id)
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *tx)
         .await?;
         let state: Option<String> = row.try_get("fulfillment_state")?;
         let state = state.unwrap_or_else(|| "none".into());
@@ -471,7 +471,7 @@ pub(crate) async fn reserve_compensation_in(
 }
 
 async fn scoped_order(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     merchant_id: Option<&str>,
 ) -> Result<(PaymentOrder, PaymentAmounts), StoreError> {
@@ -516,7 +516,7 @@ fn refused(order: &PaymentOrder, amounts: &PaymentAmounts, e: RequestRefused) ->
 
 /// The attempt that took the money (at most one per payment).
 async fn succeeded_attempt(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
 ) -> Result<PaymentAttempt, StoreError> {
     let row = sqlx::query(&format!(
@@ -524,7 +524,7 @@ async fn succeeded_attempt(
     ))
     .bind(&order.id)
     .bind(AttemptState::Succeeded.as_str())
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::InvalidState {
         entity: "payment",
@@ -537,7 +537,7 @@ async fn succeeded_attempt(
 
 /// The one live attempt of a payment (the partial unique index allows at most one).
 async fn latest_live_attempt(
-    tx: &mut Tx,
+    tx: &mut Conn,
     order: &PaymentOrder,
 ) -> Result<PaymentAttempt, StoreError> {
     let row = sqlx::query(&format!(
@@ -545,7 +545,7 @@ async fn latest_live_attempt(
          WHERE payment_id = $1 AND state NOT IN ('FAILED', 'CANCELED')"
     ))
     .bind(&order.id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::InvalidState {
         entity: "payment",
@@ -557,14 +557,14 @@ async fn latest_live_attempt(
 }
 
 /// Every change to a payment moves its version; concurrent deciders re-read.
-async fn bump_payment_version(tx: &mut Tx, payment_id: &str, now: i64) -> Result<i64, StoreError> {
+async fn bump_payment_version(tx: &mut Conn, payment_id: &str, now: i64) -> Result<i64, StoreError> {
     let row = sqlx::query(
         "UPDATE payment_orders SET version = version + 1, updated_at = $2 WHERE id = $1 \
          RETURNING version",
     )
     .bind(payment_id)
     .bind(now)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?;
     Ok(row.try_get::<i64, _>("version")?)
 }
@@ -584,7 +584,7 @@ struct Creation<'a> {
 }
 
 async fn record_creation(
-    tx: &mut Tx,
+    tx: &mut Conn,
     c: Creation<'_>,
     at: At<'_>,
 ) -> Result<(i64, String), StoreError> {
@@ -677,7 +677,7 @@ fn created_refund(
     }
 }
 
-async fn insert_refund(tx: &mut Tx, refund: &Refund) -> Result<(), StoreError> {
+async fn insert_refund(tx: &mut Conn, refund: &Refund) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO refunds (id, payment_id, attempt_id, reference, adapter, amount_minor, \
             currency, reason, state, version, retry_count, next_retry_time, created_at, \
@@ -695,7 +695,7 @@ async fn insert_refund(tx: &mut Tx, refund: &Refund) -> Result<(), StoreError> {
     .bind(refund.state.as_str())
     .bind(refund.next_retry_time)
     .bind(refund.created_at)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
@@ -732,7 +732,7 @@ fn created_capture(
     }
 }
 
-async fn insert_capture(tx: &mut Tx, capture: &Capture) -> Result<(), StoreError> {
+async fn insert_capture(tx: &mut Conn, capture: &Capture) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO captures (id, payment_id, attempt_id, reference, adapter, amount_minor, \
             currency, state, version, retry_count, next_retry_time, created_at, updated_at) \
@@ -748,7 +748,7 @@ async fn insert_capture(tx: &mut Tx, capture: &Capture) -> Result<(), StoreError
     .bind(capture.state.as_str())
     .bind(capture.next_retry_time)
     .bind(capture.created_at)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }

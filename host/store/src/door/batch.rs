@@ -9,10 +9,16 @@
 //! One statement cannot change one row twice (PostgreSQL would apply only one
 //! of the changes), so a batch whose writes may touch the same row is run one
 //! by one on PostgreSQL too ([`Batch::one_by_one`]).
+//!
+//! On PostgreSQL a batch that is one statement can also run outside any
+//! transaction ([`Batch::run_alone`]): the statement then checks its own
+//! writes (`sluice_batch_check`, migration 0022) and raises at the first that
+//! does not hold, so that it commits all of them or none, and saves the
+//! `BEGIN` and `COMMIT` round trips of a transaction.
 
 use sqlx::Row;
 
-use crate::db::Tx;
+use crate::db::Conn;
 use crate::history::AnyQuery;
 use crate::{Backend, StoreError};
 
@@ -103,7 +109,42 @@ impl Batch {
         self.one_by_one = true;
     }
 
-    pub async fn run(&self, tx: &mut Tx, backend: Backend) -> Result<Outcome, StoreError> {
+    /// Whether these writes need a transaction around them: more than one
+    /// statement. Only then may [`Batch::run_alone`] not take them.
+    pub fn needs_transaction(&self) -> bool {
+        self.one_by_one && self.writes.len() > 1
+    }
+
+    /// PostgreSQL, outside any transaction: the writes as one statement that
+    /// checks them itself and commits them all or none. A write that does
+    /// not hold makes the statement raise, and the outcome is the one
+    /// [`check`] gives for it, as in a transaction rolled back.
+    pub async fn run_alone(&self, conn: &mut Conn) -> Result<Outcome, StoreError> {
+        if self.needs_transaction() {
+            return Err(StoreError::Unapplicable(
+                "a batch of several statements runs in a transaction".into(),
+            ));
+        }
+        let (sql, binds) = self.checked_statement();
+        match bind_all(sqlx::query(&sql), binds).fetch_all(conn).await {
+            Ok(rows) => self.outcome(&rows),
+            Err(e) => match held_not(&e) {
+                Some((index, rows)) => {
+                    let write = self.writes.get(index).ok_or_else(|| {
+                        StoreError::Unapplicable("a batch check names no write".into())
+                    })?;
+                    check(write, rows)?.ok_or_else(|| {
+                        StoreError::Unapplicable(format!(
+                            "write {index} of a batch held with {rows} rows, yet was refused"
+                        ))
+                    })
+                }
+                None => Err(e.into()),
+            },
+        }
+    }
+
+    pub async fn run(&self, tx: &mut Conn, backend: Backend) -> Result<Outcome, StoreError> {
         if backend == Backend::Postgres && !self.one_by_one && self.writes.len() > 1 {
             self.run_at_once(tx).await
         } else {
@@ -111,21 +152,21 @@ impl Batch {
         }
     }
 
-    async fn run_in_turn(&self, tx: &mut Tx) -> Result<Outcome, StoreError> {
+    async fn run_in_turn(&self, tx: &mut Conn) -> Result<Outcome, StoreError> {
         let mut ids = Vec::new();
         for write in &self.writes {
             let found = match write.expect {
                 Expect::Ids(_) => {
                     let sql = format!("{} RETURNING id", write.sql);
                     let query = bind_all(sqlx::query(&sql), write.binds.iter().cloned());
-                    let rows = query.fetch_all(&mut **tx).await?;
+                    let rows = query.fetch_all(&mut *tx).await?;
                     let mut returned = returned_ids(&rows, "id")?;
                     returned.sort_unstable();
                     returned
                 }
                 _ => {
                     let query = bind_all(sqlx::query(&write.sql), write.binds.iter().cloned());
-                    let done = query.execute(&mut **tx).await?;
+                    let done = query.execute(&mut *tx).await?;
                     vec![0; usize::try_from(done.rows_affected()).unwrap_or(usize::MAX)]
                 }
             };
@@ -139,14 +180,24 @@ impl Batch {
         Ok(Outcome::Done(ids))
     }
 
-    async fn run_at_once(&self, tx: &mut Tx) -> Result<Outcome, StoreError> {
+    async fn run_at_once(&self, tx: &mut Conn) -> Result<Outcome, StoreError> {
         let (sql, binds) = self.statement();
         let rows = bind_all(sqlx::query(&sql), binds)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *tx)
             .await?;
+        self.outcome(&rows)
+    }
+
+    /// The outcome of the batch statement's rows: each names its write, and
+    /// the checked statement's row of its check (`w = -1`) is skipped.
+    fn outcome(&self, rows: &[sqlx::any::AnyRow]) -> Result<Outcome, StoreError> {
         let mut per_write: Vec<Vec<i64>> = vec![Vec::new(); self.writes.len()];
-        for row in &rows {
-            let index = usize::try_from(row.try_get::<i64, _>("w")?)
+        for row in rows {
+            let w = row.try_get::<i64, _>("w")?;
+            if w == CHECK_ROW {
+                continue;
+            }
+            let index = usize::try_from(w)
                 .ok()
                 .and_then(|i| per_write.get_mut(i))
                 .ok_or_else(|| StoreError::Unapplicable("a batch row names no write".into()))?;
@@ -168,8 +219,31 @@ impl Batch {
     /// `WITH w0 AS (… RETURNING …), w1 AS (…) SELECT w, id FROM w0 UNION ALL …`,
     /// each write's parameters numbered after the ones before it.
     fn statement(&self) -> (String, Vec<Bind>) {
+        self.statement_with(None)
+    }
+
+    /// [`Batch::statement`] with a first row that checks every write's row
+    /// count and raises at the first that does not hold. Reading each write's
+    /// count runs it to completion first; a raise undoes the whole statement.
+    fn checked_statement(&self) -> (String, Vec<Bind>) {
+        let counts: Vec<String> = (0..self.writes.len())
+            .map(|i| format!("(SELECT count(*) FROM w{i})"))
+            .collect();
+        let wanted: Vec<String> = (self.writes.iter())
+            .map(|w| w.expect.rows().to_string())
+            .collect();
+        let check = format!(
+            "SELECT {CHECK_ROW}::BIGINT AS w, sluice_batch_check(ARRAY[{}]::BIGINT[], \
+             ARRAY[{}]::BIGINT[]) AS id",
+            counts.join(", "),
+            wanted.join(", ")
+        );
+        self.statement_with(Some(check))
+    }
+
+    fn statement_with(&self, lead: Option<String>) -> (String, Vec<Bind>) {
         let mut ctes = Vec::with_capacity(self.writes.len());
-        let mut selects = Vec::with_capacity(self.writes.len());
+        let mut selects: Vec<String> = lead.into_iter().collect();
         let mut binds = Vec::new();
         for (i, write) in self.writes.iter().enumerate() {
             let returning = match write.expect {
@@ -183,6 +257,33 @@ impl Batch {
         }
         let sql = format!("WITH {} {}", ctes.join(", "), selects.join(" UNION ALL "));
         (sql, binds)
+    }
+}
+
+/// The `w` of the checked statement's row of its check.
+const CHECK_ROW: i64 = -1;
+
+/// The SQLSTATE `sluice_batch_check` raises with (migration 0022).
+const BATCH_CHECK_FAILED: &str = "SLB01";
+
+/// Which write did not hold, and with how many rows, when `e` is the raise of
+/// `sluice_batch_check` (its message is `<write>:<rows>`).
+fn held_not(e: &sqlx::Error) -> Option<(usize, usize)> {
+    let db = e.as_database_error()?;
+    if db.code().as_deref() != Some(BATCH_CHECK_FAILED) {
+        return None;
+    }
+    let (index, rows) = db.message().split_once(':')?;
+    Some((index.trim().parse().ok()?, rows.trim().parse().ok()?))
+}
+
+impl Expect {
+    /// The rows a write must move to hold.
+    fn rows(&self) -> usize {
+        match self {
+            Expect::OneRow | Expect::Amount(_) => 1,
+            Expect::Ids(n) => *n,
+        }
     }
 }
 
@@ -280,6 +381,96 @@ mod tests {
              SELECT 0::BIGINT AS w, id FROM w0 UNION ALL SELECT 1::BIGINT AS w, id FROM w1"
         );
         assert_eq!(binds.len(), 4);
+    }
+
+    /// A migrated PostgreSQL store of its own, and how many merchants named `id` it holds.
+    async fn postgres() -> (sluice_test_support::db::PgDatabase, crate::Store) {
+        let pg = sluice_test_support::db::PgDatabase::create().await;
+        let store = crate::Store::connect(&pg.url).await.unwrap();
+        store.migrate().await.unwrap();
+        (pg, store)
+    }
+
+    async fn merchants(store: &crate::Store, id: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM merchants WHERE id = $1")
+            .bind(id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
+    fn new_merchant(id: &str) -> Write {
+        Write::one_row(
+            "INSERT INTO merchants (id, name, created_at, updated_at) VALUES ($1, 'm', 1, 1)",
+            vec![id.into()],
+        )
+    }
+
+    fn rename(id: &str, expect: Expect) -> Write {
+        Write {
+            sql: "UPDATE merchants SET name = 'renamed' WHERE id = $1".into(),
+            binds: vec![id.into()],
+            expect,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_alone_that_holds_commits_every_write_at_once() {
+        let (_pg, store) = postgres().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(new_merchant("m2"));
+        let mut conn = store.writer.acquire().await.unwrap();
+        assert_eq!(batch.run_alone(&mut conn).await.unwrap(), Outcome::Done(vec![]));
+        drop(conn);
+        assert_eq!(merchants(&store, "m1").await + merchants(&store, "m2").await, 2);
+    }
+
+    /// The door's compare-and-set outside a transaction: the miss of a later
+    /// write undoes the earlier ones, as the rolled-back transaction did.
+    #[tokio::test]
+    async fn a_batch_alone_whose_compare_and_set_misses_writes_nothing_and_is_retried() {
+        let (_pg, store) = postgres().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(rename("nobody", Expect::OneRow));
+        let mut conn = store.writer.acquire().await.unwrap();
+        assert_eq!(batch.run_alone(&mut conn).await.unwrap(), Outcome::Retry);
+        drop(conn);
+        assert_eq!(merchants(&store, "m1").await, 0, "the insert before the miss is undone");
+    }
+
+    #[tokio::test]
+    async fn a_batch_alone_whose_amount_movement_does_not_hold_fails_and_writes_nothing() {
+        let (_pg, store) = postgres().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(rename("nobody", Expect::Amount("more than was captured".into())));
+        batch.push(new_merchant("m2"));
+        let mut conn = store.writer.acquire().await.unwrap();
+        let refused = batch.run_alone(&mut conn).await;
+        assert!(
+            matches!(&refused, Err(StoreError::AmountInvariant(m)) if m == "more than was captured"),
+            "{refused:?}"
+        );
+        drop(conn);
+        assert_eq!(merchants(&store, "m1").await + merchants(&store, "m2").await, 0);
+    }
+
+    /// Two writes of one row would each apply to the row as it was; a batch that may
+    /// do that is several statements and needs a transaction.
+    #[tokio::test]
+    async fn a_batch_of_several_statements_is_refused_outside_a_transaction() {
+        let (_pg, store) = postgres().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(rename("m1", Expect::OneRow));
+        batch.one_by_one();
+        assert!(batch.needs_transaction());
+        let mut conn = store.writer.acquire().await.unwrap();
+        assert!(batch.run_alone(&mut conn).await.is_err());
+        drop(conn);
+        assert_eq!(merchants(&store, "m1").await, 0);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `Capture`) are the host's own and need no scope.
 
 use super::{find_row, EventTarget, Located};
-use crate::db::Tx;
+use crate::db::Conn;
 use crate::payments::{attempt_from, capture_from, PaymentAttempt, ATTEMPT_COLS, CAPTURE_COLS};
 use crate::StoreError;
 use sluice_core::{route_event, Aggregate, EventKind, PaymentEvent};
@@ -87,7 +87,7 @@ struct Found {
 /// scope's adapter) within the scope's account. When only other accounts
 /// have such a row, the event is refused: it names another tenant's money.
 async fn find_scoped(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     table: Table,
     column: &str,
@@ -96,7 +96,7 @@ async fn find_scoped(
     let rows = sqlx::query(&table.scoped_select(column))
         .bind(key)
         .bind(&scope.adapter)
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *tx)
         .await?;
     let found = rows
         .iter()
@@ -140,7 +140,7 @@ fn in_scope<T>(
 }
 
 pub(super) async fn locate(
-    tx: &mut Tx,
+    tx: &mut Conn,
     target: &EventTarget,
     event: &PaymentEvent,
 ) -> Result<Located, StoreError> {
@@ -160,7 +160,7 @@ pub(super) async fn locate(
 
 /// The aggregate a call was about, by the host's own reference.
 async fn own(
-    tx: &mut Tx,
+    tx: &mut Conn,
     aggregate: Aggregate,
     table: &str,
     reference: &str,
@@ -195,7 +195,7 @@ fn is_refund_kind(kind: EventKind) -> bool {
 }
 
 async fn locate_by_psp(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     psp_reference: &str,
     event: &PaymentEvent,
@@ -221,7 +221,7 @@ fn located(aggregate: Aggregate, found: Found) -> Located {
 }
 
 async fn locate_from_event(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     event: &PaymentEvent,
 ) -> Result<Located, StoreError> {
@@ -252,7 +252,7 @@ async fn locate_from_event(
 
 /// A refund event's refund: by our refund reference, else the PSP's.
 async fn refund_from_event(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     event: &PaymentEvent,
 ) -> Result<Located, StoreError> {
@@ -270,7 +270,7 @@ async fn refund_from_event(
 /// The scope's attempt whose `column` is `key`, read whole in the same
 /// statement that checks its account.
 async fn scoped_attempt(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     column: &str,
     key: &str,
@@ -287,7 +287,7 @@ async fn scoped_attempt(
     ))
     .bind(key)
     .bind(&scope.adapter)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await?;
     let attempts = rows
         .iter()
@@ -302,7 +302,7 @@ async fn scoped_attempt(
 
 /// Send the event to the attempt or, per the core's routing, to one of its captures.
 async fn route_from_attempt(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     attempt: PaymentAttempt,
     event: &PaymentEvent,
@@ -325,7 +325,7 @@ async fn route_from_attempt(
 /// of this attempt), or the one capture of the attempt in flight (or the one
 /// with that PSP reference). Several candidates are never guessed between.
 async fn capture_for(
-    tx: &mut Tx,
+    tx: &mut Conn,
     scope: &AccountScope,
     attempt: &PaymentAttempt,
     event: &PaymentEvent,
@@ -346,7 +346,7 @@ async fn capture_for(
 }
 
 async fn capture_of_attempt(
-    tx: &mut Tx,
+    tx: &mut Conn,
     attempt: &PaymentAttempt,
     event: &PaymentEvent,
 ) -> Result<String, StoreError> {
@@ -354,7 +354,7 @@ async fn capture_of_attempt(
         "SELECT {CAPTURE_COLS} FROM captures WHERE attempt_id = $1 ORDER BY created_at, id"
     ))
     .bind(&attempt.id)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await?;
     let captures = rows
         .iter()

@@ -90,7 +90,7 @@ impl Store {
             }
             let verdict = verdict_of(&subject, reason);
             let plan = Plan::command((order, amounts, subject), verdict, history_kind, provenance);
-            let step = self.carry_out(&mut tx, plan).await?;
+            let step = in_tx(self.carry_out(&mut Door::InTx(&mut tx), plan).await?)?;
             if let Some(applied) = finish_try(&self.env, tx, step, tries).await? {
                 return Ok(applied);
             }
@@ -158,7 +158,7 @@ fn pending_table(kind: PendingKind) -> (&'static str, &'static str) {
 
 /// The payment an attempt, capture or refund belongs to.
 pub(super) async fn pending_payment_id(
-    tx: &mut Tx,
+    tx: &mut Conn,
     kind: PendingKind,
     id: &str,
 ) -> Result<String, StoreError> {
@@ -171,7 +171,7 @@ pub(super) async fn pending_payment_id(
 
 /// The attempt, capture or refund `id` as a door subject.
 pub(super) async fn pending_subject(
-    tx: &mut Tx,
+    tx: &mut Conn,
     kind: PendingKind,
     id: &str,
 ) -> Result<Subject, StoreError> {
@@ -265,7 +265,7 @@ impl Store {
 
     async fn approve_once(
         &self,
-        tx: &mut Tx,
+        tx: &mut Conn,
         proposal_id: &str,
         approver_id: &str,
         note: Option<&str>,
@@ -297,7 +297,7 @@ impl Store {
         .bind(approver_id)
         .bind(now)
         .bind(note)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
         if claimed.rows_affected() != 1 {
             return Ok(Approval::Retry);
@@ -417,7 +417,7 @@ impl Store {
             result["payment_version"] = serde_json::json!(version);
         } else if outcome != ReviewOutcome::Dismiss {
             let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
-            let applied = match self.apply_event_once(tx, &input, None).await? {
+            let applied = match in_tx(self.apply_event_once(Door::InTx(tx), &input, None).await?)? {
                 Step::Done(applied) => applied,
                 Step::Retry => return Ok(Approval::Retry),
             };
@@ -480,21 +480,21 @@ impl Store {
     }
 }
 
-async fn proposal_in(tx: &mut Tx, id: &str) -> Result<Proposal, StoreError> {
+async fn proposal_in(tx: &mut Conn, id: &str) -> Result<Proposal, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {PROPOSAL_COLS} FROM review_proposals WHERE id = $1"
     ))
     .bind(id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| StoreError::not_found("proposal", id))?;
     proposal_from(&row)
 }
 
-async fn operator_name_in(tx: &mut Tx, id: &str) -> Result<String, StoreError> {
+async fn operator_name_in(tx: &mut Conn, id: &str) -> Result<String, StoreError> {
     let row = sqlx::query("SELECT name FROM operators WHERE id = $1")
         .bind(id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::not_found("operator", id))?;
     Ok(row.try_get::<String, _>("name")?)
@@ -502,7 +502,7 @@ async fn operator_name_in(tx: &mut Tx, id: &str) -> Result<String, StoreError> {
 
 /// Why the proposal no longer describes the payment, if it does not.
 async fn moved_since(
-    tx: &mut Tx,
+    tx: &mut Conn,
     proposal: &Proposal,
     order: &PaymentOrder,
 ) -> Result<Option<String>, StoreError> {
@@ -541,7 +541,7 @@ async fn moved_since(
 
 /// The controlled event an approved proposal puts through the door.
 async fn operator_event(
-    tx: &mut Tx,
+    tx: &mut Conn,
     proposal: &Proposal,
     outcome: ReviewOutcome,
     provenance: Provenance,
@@ -624,7 +624,7 @@ async fn operator_event(
 /// authorization waiting for its capture aside): an open one may be why the
 /// payment was flagged. A dismissal ends it: the operators found nothing to do.
 async fn ends_review(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     outcome: ReviewOutcome,
 ) -> Result<bool, StoreError> {
@@ -643,13 +643,13 @@ async fn ends_review(
                    AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED'))",
     )
     .bind(payment_id)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?;
     Ok(open == 0)
 }
 
 async fn clear_review_flag(
-    tx: &mut Tx,
+    tx: &mut Conn,
     payment_id: &str,
     version: i64,
     now: i64,
@@ -661,13 +661,13 @@ async fn clear_review_flag(
     .bind(payment_id)
     .bind(version)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(done.rows_affected() == 1)
 }
 
 async fn finish_proposal(
-    tx: &mut Tx,
+    tx: &mut Conn,
     id: &str,
     status: &str,
     result: &serde_json::Value,
@@ -676,7 +676,7 @@ async fn finish_proposal(
         .bind(id)
         .bind(status)
         .bind(result.to_string())
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }
