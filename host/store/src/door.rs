@@ -14,6 +14,15 @@
 //! A CAS that touches no row means someone else committed first: roll back,
 //! re-read and decide again, a bounded number of times.
 //!
+//! On PostgreSQL "one transaction" is usually one statement outside any
+//! transaction ([`Door::Alone`]): the reads are single statements under read
+//! committed, as they are inside a transaction there, and the writes are one
+//! statement that checks itself and commits all or none
+//! ([`batch::Batch::run_alone`]), which saves the `BEGIN` and `COMMIT` round
+//! trips. Writes that need more than one statement (two amount movements,
+//! a fulfillment that follows the payment) take the try again in a
+//! transaction. SQLite always runs the try in its write transaction.
+//!
 //! Lock order, everywhere in the store: payment order row → the aggregate
 //! (attempt, capture, refund) → amounts → history, outbox, inbox. Keeping
 //! one order is what keeps concurrent PostgreSQL transactions deadlock-free.
@@ -285,6 +294,23 @@ impl<'a> Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// Whether an applied decision's fulfillment follows the payment in the
+    /// same commit (its writes after the batch).
+    fn follows(&self) -> bool {
+        self.order.fulfillment.mode.is_some()
+    }
+
+    /// Whether the decision's writes are more than one statement: a
+    /// fulfillment that follows, or more than one amount movement (each moves
+    /// the one amounts row, so they run one by one).
+    fn needs_transaction(&self) -> bool {
+        let verdict = &self.verdict;
+        let movements = (verdict.effects.iter())
+            .filter(|effect| amount_write(&self.order.id, effect).is_some())
+            .count();
+        verdict.kind == DecisionKind::Applied && (self.follows() || movements > 1)
+    }
+
     /// The event's identity as stored on the aggregate and in history.
     fn identity(&self) -> Option<EventIdentity> {
         match self.input {
@@ -671,6 +697,13 @@ impl Store {
         tx: &mut Door<'_>,
         plan: Plan<'_>,
     ) -> Result<Option<Step<Applied>>, StoreError> {
+        // Asked before anything is drawn from the environment (the clock, the
+        // outbox events' ids), so that the try taken again in a transaction
+        // draws what a try in one from the start draws: the simulator's seeds
+        // are the same on both backends.
+        if matches!(tx, Door::Alone(_)) && plan.needs_transaction() {
+            return Ok(None);
+        }
         let now = self.now_ms();
         // Its miss: another processor committed this inbox row meanwhile;
         // the next try sees it processed and records a duplicate.
@@ -717,8 +750,7 @@ impl Store {
             outbox_event_ids.push(id);
         }
         inbox.into_iter().for_each(|w| batch.push(w));
-        let follows = plan.order.fulfillment.mode.is_some();
-        let outcome = tx.write(&batch, self.backend, follows).await;
+        let outcome = tx.write(&batch, self.backend, plan.follows()).await;
         let Some(outcome) = outcome.map_err(|e| moves.conflict(e, plan))? else {
             return Ok(None);
         };

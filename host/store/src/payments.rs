@@ -961,10 +961,12 @@ impl Store {
     /// [`Self::start_attempt_on`], with the order inserted as that decision
     /// leaves it instead of inserted and then moved (one round trip instead
     /// of five; the database's CHECKs, foreign keys and unique indexes apply
-    /// as before). `None`, having written nothing, when the start
+    /// as before). Run outside any transaction: one statement of inserts
+    /// commits all of its rows or, failing, none, without `BEGIN` and
+    /// `COMMIT` round trips. `None`, having written nothing, when the start
     /// is not plain (another merchant's account, a refusal): the caller then
-    /// takes the step-by-step path, whose errors and evidence are the ones to
-    /// give.
+    /// takes the step-by-step path in a transaction, whose errors and
+    /// evidence are the ones to give.
     async fn start_with_new_order(
         &self,
         tx: &mut Conn,
