@@ -412,14 +412,11 @@ impl Publisher {
         }
         // The store's outbox_mark_sent, inside this transaction: the outbox row
         // is done once every sink has its own row.
-        let marked = sqlx::query(
-            "UPDATE outbox SET status = 'sent', sent_at = $2, claimed_until = NULL \
-             WHERE event_id = $1 AND status = 'pending'",
-        )
-        .bind(&message.event_id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let marked = sqlx::query(mark_sent_sql(store.backend()))
+            .bind(&message.event_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         commit_write(store, tx).await?;
         if marked.rows_affected() == 1 {
             self.inner.metrics.fanned_out.inc();
@@ -729,4 +726,25 @@ fn flatten_outcome(
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The outbox row marked handed over, last write of a fan-out's transaction.
+/// On PostgreSQL that transaction commits without waiting for the WAL flush
+/// (`synchronous_commit` off until its end): a crash that loses it leaves the
+/// event pending, and its next claim fans it out again to the same rows
+/// (each sink and target has one row an event), so what is lost is redone and
+/// the merchant may get the event twice under its one id, as after a crash
+/// between a send and its mark.
+fn mark_sent_sql(backend: sluice_store::Backend) -> &'static str {
+    match backend {
+        sluice_store::Backend::Sqlite => {
+            "UPDATE outbox SET status = 'sent', sent_at = $2, claimed_until = NULL \
+             WHERE event_id = $1 AND status = 'pending'"
+        }
+        sluice_store::Backend::Postgres => {
+            "UPDATE outbox SET status = 'sent', sent_at = $2, claimed_until = NULL \
+             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit \
+             WHERE event_id = $1 AND status = 'pending'"
+        }
+    }
 }

@@ -172,9 +172,7 @@ impl Store {
     /// await points as [`Store::begin_write`]'s `BEGIN`, so that a try is
     /// the same sequence of them on both backends; its end is
     /// [`AwaitPoint::AfterCommit`] as a commit's.
-    pub(crate) async fn begin_alone(
-        &self,
-    ) -> Result<sqlx::pool::PoolConnection<Any>, StoreError> {
+    pub(crate) async fn begin_alone(&self) -> Result<sqlx::pool::PoolConnection<Any>, StoreError> {
         self.env.reached(AwaitPoint::BeforeWrite).await;
         let conn = self.writer.acquire().await?;
         self.env.reached(AwaitPoint::InWrite).await;

@@ -557,7 +557,11 @@ async fn latest_live_attempt(
 }
 
 /// Every change to a payment moves its version; concurrent deciders re-read.
-async fn bump_payment_version(tx: &mut Conn, payment_id: &str, now: i64) -> Result<i64, StoreError> {
+async fn bump_payment_version(
+    tx: &mut Conn,
+    payment_id: &str,
+    now: i64,
+) -> Result<i64, StoreError> {
     let row = sqlx::query(
         "UPDATE payment_orders SET version = version + 1, updated_at = $2 WHERE id = $1 \
          RETURNING version",

@@ -88,6 +88,7 @@ impl Write {
 pub(crate) struct Batch {
     writes: Vec<Write>,
     one_by_one: bool,
+    lazy: bool,
 }
 
 /// How a batch went.
@@ -107,6 +108,14 @@ impl Batch {
     /// Run these writes one by one on every backend (they may touch one row twice).
     pub fn one_by_one(&mut self) {
         self.one_by_one = true;
+    }
+
+    /// Let [`Batch::run_alone`] commit without waiting for the WAL flush
+    /// (`synchronous_commit` off for its own statement), for writes that are
+    /// taken again from durable evidence when a crash loses them. Nothing
+    /// else changes: a batch in a transaction commits with the transaction.
+    pub fn commit_lazily(&mut self) {
+        self.lazy = true;
     }
 
     /// Whether these writes need a transaction around them: more than one
@@ -232,9 +241,14 @@ impl Batch {
         let wanted: Vec<String> = (self.writes.iter())
             .map(|w| w.expect.rows().to_string())
             .collect();
+        // `set_config(…, true)` lasts until the statement's own commit.
+        let lazy = match self.lazy {
+            true => " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit",
+            false => "",
+        };
         let check = format!(
             "SELECT {CHECK_ROW}::BIGINT AS w, sluice_batch_check(ARRAY[{}]::BIGINT[], \
-             ARRAY[{}]::BIGINT[]) AS id",
+             ARRAY[{}]::BIGINT[]) AS id{lazy}",
             counts.join(", "),
             wanted.join(", ")
         );
@@ -421,9 +435,15 @@ mod tests {
         batch.push(new_merchant("m1"));
         batch.push(new_merchant("m2"));
         let mut conn = store.writer.acquire().await.unwrap();
-        assert_eq!(batch.run_alone(&mut conn).await.unwrap(), Outcome::Done(vec![]));
+        assert_eq!(
+            batch.run_alone(&mut conn).await.unwrap(),
+            Outcome::Done(vec![])
+        );
         drop(conn);
-        assert_eq!(merchants(&store, "m1").await + merchants(&store, "m2").await, 2);
+        assert_eq!(
+            merchants(&store, "m1").await + merchants(&store, "m2").await,
+            2
+        );
     }
 
     /// The door's compare-and-set outside a transaction: the miss of a later
@@ -437,7 +457,11 @@ mod tests {
         let mut conn = store.writer.acquire().await.unwrap();
         assert_eq!(batch.run_alone(&mut conn).await.unwrap(), Outcome::Retry);
         drop(conn);
-        assert_eq!(merchants(&store, "m1").await, 0, "the insert before the miss is undone");
+        assert_eq!(
+            merchants(&store, "m1").await,
+            0,
+            "the insert before the miss is undone"
+        );
     }
 
     #[tokio::test]
@@ -445,7 +469,10 @@ mod tests {
         let (_pg, store) = postgres().await;
         let mut batch = Batch::default();
         batch.push(new_merchant("m1"));
-        batch.push(rename("nobody", Expect::Amount("more than was captured".into())));
+        batch.push(rename(
+            "nobody",
+            Expect::Amount("more than was captured".into()),
+        ));
         batch.push(new_merchant("m2"));
         let mut conn = store.writer.acquire().await.unwrap();
         let refused = batch.run_alone(&mut conn).await;
@@ -454,7 +481,36 @@ mod tests {
             "{refused:?}"
         );
         drop(conn);
-        assert_eq!(merchants(&store, "m1").await + merchants(&store, "m2").await, 0);
+        assert_eq!(
+            merchants(&store, "m1").await + merchants(&store, "m2").await,
+            0
+        );
+    }
+
+    /// A lazy batch's `synchronous_commit = off` is its own statement's: the pooled
+    /// connection's next commit, a money write's, waits for the disk again.
+    #[tokio::test]
+    async fn a_lazy_batch_commits_and_its_setting_ends_with_its_statement() {
+        let (_pg, store) = postgres().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(new_merchant("m2"));
+        batch.commit_lazily();
+        let mut conn = store.writer.acquire().await.unwrap();
+        assert_eq!(
+            batch.run_alone(&mut conn).await.unwrap(),
+            Outcome::Done(vec![])
+        );
+        let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(setting, "on");
+        drop(conn);
+        assert_eq!(
+            merchants(&store, "m1").await + merchants(&store, "m2").await,
+            2
+        );
     }
 
     /// Two writes of one row would each apply to the row as it was; a batch that may
