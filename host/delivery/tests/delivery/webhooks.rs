@@ -251,3 +251,41 @@ dual_test! {
         assert_eq!(deliveries_for_payment(store, &payment.id).await.unwrap().len(), 3);
     }
 }
+
+/// On PostgreSQL a fan-out's transaction commits without waiting for the WAL flush
+/// (`synchronous_commit` off until its end). That must end with it: a pooled connection
+/// that kept it would commit the next money write lazily too. One connection, so every
+/// statement runs where the check looks.
+#[tokio::test]
+async fn on_postgres_a_fan_outs_lazy_commit_never_outlives_its_own_transaction() {
+    let base = sluice_store::StoreOptions {
+        max_connections: 1,
+        ..sluice_store::StoreOptions::default()
+    };
+    let db: TestDb = TestDb::open_with(sluice_store::Backend::Postgres, base).await;
+    let store = &db.store;
+    let fx = Fixture::new(store, "Acme").await;
+    let merchant = TestMerchant::start().await;
+    fx.endpoint(store, &merchant.url, &["*"]).await;
+    fx.succeeded(store, "WH-LAZY", 100).await;
+    let claimed = store.outbox_claim(10, 30_000).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let publisher = publisher(store, test_config());
+    assert_eq!(publisher.fan_out(&claimed[0]).await.unwrap(), 1);
+    let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(setting, "on", "after the fan-out committed");
+    assert_eq!(
+        count(
+            store,
+            "SELECT COUNT(*) FROM outbox WHERE status = $1",
+            "sent"
+        )
+        .await,
+        1
+    );
+    while publisher.publish_once().await.unwrap().did_work() {}
+    assert_eq!(merchant.received().len(), 1, "its delivery is sent");
+}
