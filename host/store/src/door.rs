@@ -639,17 +639,7 @@ impl Store {
                 } else {
                     Verdict::of(decide_refund(&order_snapshot, &refund.snapshot(), event))
                 };
-                let subject = Subject {
-                    aggregate: Aggregate::Refund,
-                    table: "refunds",
-                    id: refund.id.clone(),
-                    state: refund.state.as_str(),
-                    version: refund.version,
-                    reference: Some(refund.reference.clone()),
-                    psp_reference: refund.psp_reference.clone(),
-                    next_retry_time: refund.next_retry_time,
-                };
-                (subject, verdict, None)
+                (refund_subject(&refund), verdict, None)
             }
             Aggregate::Capture => {
                 let capture = capture_in(tx, &located.id).await?;
@@ -664,17 +654,7 @@ impl Store {
                         event,
                     ))
                 };
-                let subject = Subject {
-                    aggregate: Aggregate::Capture,
-                    table: "captures",
-                    id: capture.id.clone(),
-                    state: capture.state.as_str(),
-                    version: capture.version,
-                    reference: Some(capture.reference.clone()),
-                    psp_reference: capture.psp_reference.clone(),
-                    next_retry_time: capture.next_retry_time,
-                };
-                (subject, verdict, Some(attempt))
+                (capture_subject(&capture), verdict, Some(attempt))
             }
         };
         let plan = Plan {
@@ -1370,6 +1350,32 @@ fn attempt_subject(attempt: &PaymentAttempt) -> Subject {
         reference: Some(attempt.reference.clone()),
         psp_reference: attempt.psp_reference.clone(),
         next_retry_time: attempt.next_retry_time,
+    }
+}
+
+fn refund_subject(refund: &payments::Refund) -> Subject {
+    Subject {
+        aggregate: Aggregate::Refund,
+        table: "refunds",
+        id: refund.id.clone(),
+        state: refund.state.as_str(),
+        version: refund.version,
+        reference: Some(refund.reference.clone()),
+        psp_reference: refund.psp_reference.clone(),
+        next_retry_time: refund.next_retry_time,
+    }
+}
+
+fn capture_subject(capture: &payments::Capture) -> Subject {
+    Subject {
+        aggregate: Aggregate::Capture,
+        table: "captures",
+        id: capture.id.clone(),
+        state: capture.state.as_str(),
+        version: capture.version,
+        reference: Some(capture.reference.clone()),
+        psp_reference: capture.psp_reference.clone(),
+        next_retry_time: capture.next_retry_time,
     }
 }
 
