@@ -413,6 +413,12 @@ mod tests {
             .unwrap()
     }
 
+    /// `batch` run alone on a pooled connection of `store`, given back before the caller looks.
+    async fn alone(store: &crate::Store, batch: &Batch) -> Result<Outcome, StoreError> {
+        let mut conn = store.writer.acquire().await.unwrap();
+        batch.run_alone(&mut conn).await
+    }
+
     fn new_merchant(id: &str) -> Write {
         Write::one_row(
             "INSERT INTO merchants (id, name, created_at, updated_at) VALUES ($1, 'm', 1, 1)",
@@ -434,12 +440,7 @@ mod tests {
         let mut batch = Batch::default();
         batch.push(new_merchant("m1"));
         batch.push(new_merchant("m2"));
-        let mut conn = store.writer.acquire().await.unwrap();
-        assert_eq!(
-            batch.run_alone(&mut conn).await.unwrap(),
-            Outcome::Done(vec![])
-        );
-        drop(conn);
+        assert_eq!(alone(&store, &batch).await.unwrap(), Outcome::Done(vec![]));
         assert_eq!(
             merchants(&store, "m1").await + merchants(&store, "m2").await,
             2
@@ -454,9 +455,7 @@ mod tests {
         let mut batch = Batch::default();
         batch.push(new_merchant("m1"));
         batch.push(rename("nobody", Expect::OneRow));
-        let mut conn = store.writer.acquire().await.unwrap();
-        assert_eq!(batch.run_alone(&mut conn).await.unwrap(), Outcome::Retry);
-        drop(conn);
+        assert_eq!(alone(&store, &batch).await.unwrap(), Outcome::Retry);
         assert_eq!(
             merchants(&store, "m1").await,
             0,
@@ -474,13 +473,11 @@ mod tests {
             Expect::Amount("more than was captured".into()),
         ));
         batch.push(new_merchant("m2"));
-        let mut conn = store.writer.acquire().await.unwrap();
-        let refused = batch.run_alone(&mut conn).await;
+        let refused = alone(&store, &batch).await;
         assert!(
             matches!(&refused, Err(StoreError::AmountInvariant(m)) if m == "more than was captured"),
             "{refused:?}"
         );
-        drop(conn);
         assert_eq!(
             merchants(&store, "m1").await + merchants(&store, "m2").await,
             0
@@ -523,9 +520,7 @@ mod tests {
         batch.push(rename("m1", Expect::OneRow));
         batch.one_by_one();
         assert!(batch.needs_transaction());
-        let mut conn = store.writer.acquire().await.unwrap();
-        assert!(batch.run_alone(&mut conn).await.is_err());
-        drop(conn);
+        assert!(alone(&store, &batch).await.is_err());
         assert_eq!(merchants(&store, "m1").await, 0);
     }
 

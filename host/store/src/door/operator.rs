@@ -177,32 +177,8 @@ pub(super) async fn pending_subject(
 ) -> Result<Subject, StoreError> {
     Ok(match kind {
         PendingKind::Attempt => attempt_subject(&attempt_in(tx, id).await?),
-        PendingKind::Refund => {
-            let refund = refund_in(tx, id).await?;
-            Subject {
-                aggregate: Aggregate::Refund,
-                table: "refunds",
-                id: refund.id.clone(),
-                state: refund.state.as_str(),
-                version: refund.version,
-                reference: Some(refund.reference.clone()),
-                psp_reference: refund.psp_reference.clone(),
-                next_retry_time: refund.next_retry_time,
-            }
-        }
-        PendingKind::Capture => {
-            let capture = capture_in(tx, id).await?;
-            Subject {
-                aggregate: Aggregate::Capture,
-                table: "captures",
-                id: capture.id.clone(),
-                state: capture.state.as_str(),
-                version: capture.version,
-                reference: Some(capture.reference.clone()),
-                psp_reference: capture.psp_reference.clone(),
-                next_retry_time: capture.next_retry_time,
-            }
-        }
+        PendingKind::Refund => refund_subject(&refund_in(tx, id).await?),
+        PendingKind::Capture => capture_subject(&capture_in(tx, id).await?),
     })
 }
 
