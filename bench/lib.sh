@@ -127,6 +127,10 @@ end
 started = {}
 shares = {}
 psps = {}
+-- The same share as the gateway's /v1 routes measured it (Server-Timing
+-- app;dur minus psp;dur): what is left of a share beyond it was spent outside
+-- them (sockets, the kernel's queues, this generator on the same cores).
+insides = {}
 unpaired = 0
 if os.getenv("BENCH_SHARE") == "1" then
     function response(status, headers, body)
@@ -134,11 +138,13 @@ if os.getenv("BENCH_SHARE") == "1" then
         local order = body and string.match(body, '"merchant_order_no":"([^"]+)"')
         local timing = headers["server-timing"] or headers["Server-Timing"] or ""
         local psp = tonumber(string.match(timing, "psp;dur=([%d.]+)"))
+        local app = tonumber(string.match(timing, "app;dur=([%d.]+)"))
         local from = order and started[order]
         if from and psp then
             started[order] = nil
             table.insert(shares, at - from - psp)
             table.insert(psps, psp)
+            if app then table.insert(insides, app - psp) end
         else
             unpaired = unpaired + 1
         end
@@ -164,14 +170,19 @@ function done(summary, latency, requests)
     io.write(string.format("LATENCY_US p50=%d p99=%d p999=%d\n",
         latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
     if os.getenv("BENCH_SHARE") ~= "1" then return end
-    local all, all_psp, missing = {}, {}, 0
+    local all, all_psp, all_inside, missing = {}, {}, {}, 0
     for _, t in ipairs(threads) do
         for _, v in ipairs(t:get("shares") or {}) do table.insert(all, v) end
         for _, v in ipairs(t:get("psps") or {}) do table.insert(all_psp, v) end
+        for _, v in ipairs(t:get("insides") or {}) do table.insert(all_inside, v) end
         missing = missing + (t:get("unpaired") or 0)
     end
     table.sort(all)
     table.sort(all_psp)
+    table.sort(all_inside)
+    io.write(string.format("INSIDE_US p50=%d p99=%d p999=%d n=%d\n",
+        math.floor(percentile(all_inside, 50) * 1000), math.floor(percentile(all_inside, 99) * 1000),
+        math.floor(percentile(all_inside, 99.9) * 1000), #all_inside))
     io.write(string.format("SHARE_US p50=%d p99=%d p999=%d n=%d unpaired=%d psp_p50=%d psp_p99=%d\n",
         math.floor(percentile(all, 50) * 1000), math.floor(percentile(all, 99) * 1000),
         math.floor(percentile(all, 99.9) * 1000), #all, missing,

@@ -182,6 +182,13 @@ print(" ".join([f"{x / 1000:.1f}" for x in v[:3]] + [str(v[3]), str(v[4])] + [f"
 PY
 )"
 echo "   the gateway's share (each answer's latency minus its PSP time): p50 $S_P50 ms  p99 $S_P99 ms  p99.9 $S_P999 ms over $S_N answers ($S_UNPAIRED unpaired); the PSP's time p50 $PSP_P50 ms  p99 $PSP_P99 ms"
+read -r I_P50 I_P99 I_P999 <<<"$(python3 - "$WORK/half.txt" <<'PY'
+import re, sys
+m = re.search(r"INSIDE_US p50=(\d+) p99=(\d+) p999=(\d+)", open(sys.argv[1]).read())
+print(" ".join(f"{int(x) / 1000:.1f}" for x in m.groups()) if m else "- - -")
+PY
+)"
+echo "   of it inside the gateway's /v1 routes (Server-Timing app minus psp): p50 $I_P50 ms  p99 $I_P99 ms  p99.9 $I_P999 ms"
 for _ in $(seq 1 300); do
     [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
     sleep 0.1
@@ -293,4 +300,4 @@ fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"

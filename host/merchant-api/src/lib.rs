@@ -185,14 +185,21 @@ fn v1_routes(state: &MerchantApiState) -> OpenApiRouter<MerchantApiState> {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
-/// `Server-Timing: psp;dur=…` on every `/v1` answer: the milliseconds the
-/// request waited for PSPs (0 when it made no call, as for a replay), so a
-/// merchant can tell the gateway's share of a latency from the PSP's.
+/// `Server-Timing: psp;dur=…, app;dur=…` on every `/v1` answer: the
+/// milliseconds the request waited for PSPs (0 when it made no call, as for a
+/// replay), so a merchant can tell the gateway's share of a latency from the
+/// PSP's; and the milliseconds from the request reaching the `/v1` routes to
+/// its answer, so the time the request spent outside them (the network, the
+/// connection's queue, the caller's own machine) can be told apart too.
 async fn server_timing(request: Request, next: Next) -> Response {
+    // Observability only, never a decision: the process's monotonic clock.
+    let started = std::time::Instant::now();
     let wait = sluice_orchestrator::psp_wait::PspWait::new();
     let mut response = wait.clone().scope(next.run(request)).await;
     let millis = wait.total().as_secs_f64() * 1000.0;
-    let value = format!("psp;dur={millis:.3};desc=\"PSP calls\"");
+    let app = started.elapsed().as_secs_f64() * 1000.0;
+    let value =
+        format!("psp;dur={millis:.3};desc=\"PSP calls\", app;dur={app:.3};desc=\"whole answer\"");
     if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
         response.headers_mut().insert(SERVER_TIMING, value);
     }

@@ -302,11 +302,17 @@ dual_test! {
 
 /// The `psp` duration of a `Server-Timing` header, in milliseconds.
 fn psp_millis(reply: &Reply) -> f64 {
+    timing_millis(reply, "psp")
+}
+
+/// The duration of the `Server-Timing` metric `name`, in milliseconds.
+fn timing_millis(reply: &Reply, name: &str) -> f64 {
     let header = reply.headers["server-timing"].to_str().unwrap();
     let dur = header
-        .strip_prefix("psp;dur=")
+        .split(", ")
+        .find_map(|metric| metric.strip_prefix(&format!("{name};dur=")))
         .and_then(|rest| rest.split(';').next())
-        .unwrap_or_else(|| panic!("no psp duration in {header:?}"));
+        .unwrap_or_else(|| panic!("no {name} duration in {header:?}"));
     dur.parse().unwrap()
 }
 
@@ -320,6 +326,8 @@ dual_test! {
         let psp = psp_millis(&created);
         assert!(psp >= 80.0, "the PSP held its answer 80 ms; Server-Timing says {psp} ms");
         assert!(psp <= total_ms, "the PSP's share ({psp} ms) is part of the request's {total_ms} ms");
+        let app = timing_millis(&created, "app");
+        assert!(psp <= app && app <= total_ms, "the PSP's {psp} ms are inside the routes' {app} ms, inside the request's {total_ms} ms");
         assert_eq!(created.json()["status"], "succeeded");
 
         // A read and a replay call no PSP.
