@@ -939,7 +939,7 @@ impl Store {
         let payment_version = order.version + i64::from(flag);
         batch.push(match flag {
             true => cas_order_write(order, order.state, review_reason, now),
-            false => confirm_order_write(order),
+            false => confirm_order_write(order, self.backend),
         });
         let versions = (subject.version, subject.version);
         let (from, to) = (subject.state, subject.state);
@@ -1401,13 +1401,30 @@ fn cas_order_write(
     )
 }
 
-/// Check (and on PostgreSQL, lock until commit) that the order is still at
-/// the version the decision was taken on, without changing it.
-fn confirm_order_write(order: &PaymentOrder) -> Write {
-    Write::one_row(
-        "UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2",
-        vec![order.id.as_str().into(), order.version.into()],
-    )
+/// Check that the order is still at the version the decision was taken on,
+/// without changing it, and keep writers off it until commit.
+///
+/// On PostgreSQL a share lock: a writer of the order waits for the commit, and
+/// a writer that came first makes the check find no row at that version (the
+/// lock reads the row's latest version), as the update below would. It writes
+/// no row version: no CHECK evaluated, no index entry, no new heap tuple
+/// (BENCHMARKS.md, issue 17, session 10). On SQLite the write lock a transaction takes first serves
+/// the lock; the update checks the version.
+fn confirm_order_write(order: &PaymentOrder, backend: crate::Backend) -> Write {
+    let binds = vec![order.id.as_str().into(), order.version.into()];
+    match backend {
+        crate::Backend::Postgres => Write {
+            sql: "SELECT 0::BIGINT AS id FROM payment_orders WHERE id = $1 AND version = $2 \
+                  FOR SHARE"
+                .into(),
+            binds,
+            expect: Expect::LockedRow,
+        },
+        crate::Backend::Sqlite => Write::one_row(
+            "UPDATE payment_orders SET version = version WHERE id = $1 AND version = $2",
+            binds,
+        ),
+    }
 }
 
 /// The attempt follows its first successful capture.

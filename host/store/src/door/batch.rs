@@ -57,6 +57,11 @@ pub(crate) enum Expect {
     /// (another writer moved the row first) and the decision is taken again
     /// ([`Outcome::Retry`]); an insert always writes its row or fails.
     OneRow,
+    /// Exactly one row locked, not written: a `SELECT 0::BIGINT AS id … FOR
+    /// SHARE` (PostgreSQL only) that names its own `id` and gets no
+    /// `RETURNING`. Finding none is a lost compare-and-set, as for
+    /// [`Expect::OneRow`]; the row stays locked against writers until commit.
+    LockedRow,
     /// An amount movement: exactly one row, else the amounts do not allow it
     /// and the transaction fails with this message.
     Amount(String),
@@ -65,7 +70,8 @@ pub(crate) enum Expect {
 }
 
 /// One write: its SQL with parameters `$1`, `$2`, … and their values, and
-/// no `RETURNING` (the batch adds what it reads back).
+/// no `RETURNING` (the batch adds what it reads back; a lock,
+/// [`Expect::LockedRow`], reads its own).
 #[derive(Debug, Clone)]
 pub(crate) struct Write {
     pub sql: String,
@@ -261,11 +267,12 @@ impl Batch {
         let mut binds = Vec::new();
         for (i, write) in self.writes.iter().enumerate() {
             let returning = match write.expect {
-                Expect::Ids(_) => "id",
-                Expect::OneRow | Expect::Amount(_) => "0::BIGINT AS id",
+                Expect::Ids(_) => " RETURNING id",
+                Expect::OneRow | Expect::Amount(_) => " RETURNING 0::BIGINT AS id",
+                Expect::LockedRow => "",
             };
             let sql = renumber(&write.sql, binds.len());
-            ctes.push(format!("w{i} AS ({sql} RETURNING {returning})"));
+            ctes.push(format!("w{i} AS ({sql}{returning})"));
             selects.push(format!("SELECT {i}::BIGINT AS w, id FROM w{i}"));
             binds.extend(write.binds.iter().cloned());
         }
@@ -295,7 +302,7 @@ impl Expect {
     /// The rows a write must move to hold.
     fn rows(&self) -> usize {
         match self {
-            Expect::OneRow | Expect::Amount(_) => 1,
+            Expect::OneRow | Expect::LockedRow | Expect::Amount(_) => 1,
             Expect::Ids(n) => *n,
         }
     }
@@ -304,7 +311,7 @@ impl Expect {
 /// `None` when `write` held with `rows` rows; else what the batch comes to.
 fn check(write: &Write, rows: usize) -> Result<Option<Outcome>, StoreError> {
     match &write.expect {
-        Expect::OneRow if rows != 1 => Ok(Some(Outcome::Retry)),
+        Expect::OneRow | Expect::LockedRow if rows != 1 => Ok(Some(Outcome::Retry)),
         Expect::Amount(message) if rows != 1 => Err(StoreError::AmountInvariant(message.clone())),
         Expect::Ids(wanted) if rows != *wanted => Err(StoreError::Unapplicable(format!(
             "{wanted} rows inserted, {rows} ids returned"
@@ -522,6 +529,132 @@ mod tests {
         assert!(batch.needs_transaction());
         assert!(alone(&store, &batch).await.is_err());
         assert_eq!(merchants(&store, "m1").await, 0);
+    }
+
+    /// The door's check of an order that a decision does not change, as a
+    /// share lock on a merchant named `id` (`name` standing in for the version).
+    fn lock(id: &str, name: &str) -> Write {
+        Write {
+            sql: "SELECT 0::BIGINT AS id FROM merchants WHERE id = $1 AND name = $2 FOR SHARE"
+                .into(),
+            binds: vec![id.into(), name.into()],
+            expect: Expect::LockedRow,
+        }
+    }
+
+    async fn insert_merchant(store: &crate::Store, id: &str) {
+        let mut conn = store.writer.acquire().await.unwrap();
+        let mut batch = Batch::default();
+        batch.push(new_merchant(id));
+        assert_eq!(
+            batch.run_alone(&mut conn).await.unwrap(),
+            Outcome::Done(vec![])
+        );
+    }
+
+    /// The row's version as PostgreSQL keeps it: a new one for every write.
+    async fn row_version(store: &crate::Store, id: &str) -> String {
+        sqlx::query_scalar("SELECT xmin::TEXT FROM merchants WHERE id = $1")
+            .bind(id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_lock_that_holds_lets_the_batch_commit_and_writes_no_new_version_of_its_row() {
+        let (_pg, store) = postgres().await;
+        insert_merchant(&store, "m1").await;
+        let before = row_version(&store, "m1").await;
+        let mut batch = Batch::default();
+        batch.push(lock("m1", "m"));
+        batch.push(new_merchant("m2"));
+        assert_eq!(alone(&store, &batch).await.unwrap(), Outcome::Done(vec![]));
+        assert_eq!(merchants(&store, "m2").await, 1);
+        assert_eq!(
+            row_version(&store, "m1").await,
+            before,
+            "the lock wrote no row version"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lock_of_a_row_another_writer_moved_misses_and_the_batch_writes_nothing() {
+        let (_pg, store) = postgres().await;
+        insert_merchant(&store, "m1").await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m2"));
+        batch.push(lock("m1", "the name it had when the decision was taken"));
+        assert_eq!(alone(&store, &batch).await.unwrap(), Outcome::Retry);
+        assert_eq!(merchants(&store, "m2").await, 0);
+    }
+
+    /// A writer of the locked row waits for the lock's commit: here it gives up at
+    /// its own `lock_timeout` while the lock's transaction is open, and
+    /// succeeds once it committed.
+    #[tokio::test]
+    async fn a_locked_row_refuses_writers_until_the_lock_commits() {
+        let (_pg, store) = postgres().await;
+        insert_merchant(&store, "m1").await;
+        let mut tx = store.writer.begin().await.unwrap();
+        let mut batch = Batch::default();
+        batch.push(lock("m1", "m"));
+        batch.push(new_merchant("m2"));
+        let held = batch.run(&mut tx, Backend::Postgres).await.unwrap();
+        assert_eq!(held, Outcome::Done(vec![]));
+        let mut writer = store.writer.acquire().await.unwrap();
+        sqlx::query("SET lock_timeout = '100ms'")
+            .execute(&mut *writer)
+            .await
+            .unwrap();
+        let rename = "UPDATE merchants SET name = 'renamed' WHERE id = 'm1'";
+        let refused = sqlx::query(rename).execute(&mut *writer).await;
+        let code = refused
+            .expect_err("the row is locked")
+            .as_database_error()
+            .and_then(|e| e.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("55P03"), "lock_not_available");
+        tx.commit().await.unwrap();
+        sqlx::query(rename).execute(&mut *writer).await.unwrap();
+    }
+
+    /// A writer that came first: the lock waits for it, then reads the row's
+    /// latest version, which no longer matches, as a compare-and-set would.
+    #[tokio::test]
+    async fn a_lock_behind_an_uncommitted_writer_waits_and_then_misses() {
+        let (_pg, store) = postgres().await;
+        insert_merchant(&store, "m1").await;
+        let mut first = store.writer.begin().await.unwrap();
+        sqlx::query("UPDATE merchants SET name = 'moved' WHERE id = 'm1'")
+            .execute(&mut *first)
+            .await
+            .unwrap();
+        let locking = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut batch = Batch::default();
+                batch.push(lock("m1", "m"));
+                batch.push(new_merchant("m2"));
+                alone(&store, &batch).await
+            })
+        };
+        let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
+                       WHERE wait_event_type = 'Lock' AND datname = current_database()";
+        sluice_test_support::eventually(
+            std::time::Duration::from_secs(10),
+            "the lock waits",
+            || async {
+                let n: i64 = sqlx::query_scalar(waiting)
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap();
+                (n == 1).then_some(())
+            },
+        )
+        .await;
+        first.commit().await.unwrap();
+        assert_eq!(locking.await.unwrap().unwrap(), Outcome::Retry);
+        assert_eq!(merchants(&store, "m2").await, 0);
     }
 
     #[test]
