@@ -172,3 +172,73 @@ dual_test! {
         assert!(matches!(refused, Err(StoreError::NotFound { .. })));
     }
 }
+
+dual_test! {
+    /// Every rule of an order's, an attempt's and an inbox row's CHECKs, one
+    /// raw write breaking it at a time (on PostgreSQL each table's rules are
+    /// one function since migration 0023; SQLite keeps the CHECKs): each is a
+    /// check violation that writes nothing, and the legal edges pass.
+    async fn the_database_refuses_a_row_breaking_any_of_its_checks_and_writes_nothing(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let (payment, attempt) = fx.succeeded(store, "CK-2", 100).await;
+        let account = fx.account.id.as_str();
+        let accepted = store
+            .accept_webhook(sluice_store::AcceptedWebhook {
+                connector_account_id: account,
+                payload_digest: "d1",
+                body: b"{}",
+                events: vec![sluice_store::NewInboxEvent {
+                    adapter: "stripe".into(),
+                    connector_account_id: account.to_owned(),
+                    provider_event_id: "evt_ck".into(),
+                    payload_digest: "d1".into(),
+                    event: serde_json::json!({"kind": "payment_succeeded"}),
+                    raw_body_id: None,
+                }],
+            })
+            .await
+            .unwrap();
+        let sluice_store::InboxInsert::Inserted { id: inbox_id } = &accepted.1[0] else {
+            panic!("a new inbox row: {accepted:?}");
+        };
+        let refused = [
+            ("UPDATE payment_orders SET amount_minor = 0 WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET currency = 'EURO' WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET capture_mode = 'later' WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET state = 'PAID' WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET manual_review = 2 WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET compensation_reason = 'felt like it' WHERE id = $1", &payment.id),
+            ("UPDATE payment_attempts SET amount_minor = -1 WHERE id = $1", &attempt.id),
+            ("UPDATE payment_attempts SET capture_mode = 'later' WHERE id = $1", &attempt.id),
+            ("UPDATE payment_attempts SET state = 'PAID' WHERE id = $1", &attempt.id),
+            ("UPDATE payment_attempts SET attempt_no = 0 WHERE id = $1", &attempt.id),
+            ("UPDATE webhook_inbox SET status = 'lost' WHERE id = $1", inbox_id),
+            ("UPDATE webhook_inbox SET verification = 'trusted' WHERE id = $1", inbox_id),
+            ("UPDATE webhook_inbox SET provider_event_id = NULL WHERE id = $1", inbox_id),
+            ("UPDATE webhook_inbox SET verification = 'rejected' WHERE id = $1", inbox_id),
+            (
+                "UPDATE webhook_inbox SET verification = 'rejected', provider_event_id = NULL WHERE id = $1",
+                inbox_id,
+            ),
+        ];
+        for (sql, id) in refused {
+            let result = sqlx::query(sql).bind(id).execute(store.pool()).await;
+            let err = StoreError::from(result.expect_err(sql));
+            assert!(err.is_check_violation(), "{sql}: {err}");
+        }
+        let order = store.get_payment(None, &payment.id).await.unwrap();
+        assert_eq!((order.state.as_str(), order.amount.amount_minor), ("SUCCEEDED", 100));
+        assert_eq!(store.inbox_get(inbox_id).await.unwrap().status, "pending");
+        for (sql, id) in [
+            ("UPDATE payment_orders SET compensation_reason = 'fulfilled_elsewhere', manual_review = 1 WHERE id = $1", &payment.id),
+            ("UPDATE payment_orders SET compensation_reason = NULL, manual_review = 0 WHERE id = $1", &payment.id),
+            (
+                "UPDATE webhook_inbox SET verification = 'rejected', provider_event_id = NULL, status = 'quarantined' WHERE id = $1",
+                inbox_id,
+            ),
+        ] {
+            sqlx::query(sql).bind(id).execute(store.pool()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    }
+}
