@@ -1408,8 +1408,8 @@ fn cas_order_write(
 /// a writer that came first makes the check find no row at that version (the
 /// lock reads the row's latest version), as the update below would. It writes
 /// no row version: no CHECK evaluated, no index entry, no new heap tuple
-/// (BENCHMARKS.md, issue 17, session 10). On SQLite the write lock a transaction takes first serves
-/// the lock; the update checks the version.
+/// (BENCHMARKS.md, issue 17, session 10). On SQLite the write lock its
+/// transaction takes first serves as the lock; the update checks the version.
 fn confirm_order_write(order: &PaymentOrder, backend: crate::Backend) -> Write {
     let binds = vec![order.id.as_str().into(), order.version.into()];
     match backend {
