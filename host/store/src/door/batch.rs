@@ -543,13 +543,9 @@ mod tests {
     }
 
     async fn insert_merchant(store: &crate::Store, id: &str) {
-        let mut conn = store.writer.acquire().await.unwrap();
         let mut batch = Batch::default();
         batch.push(new_merchant(id));
-        assert_eq!(
-            batch.run_alone(&mut conn).await.unwrap(),
-            Outcome::Done(vec![])
-        );
+        assert_eq!(alone(store, &batch).await.unwrap(), Outcome::Done(vec![]));
     }
 
     /// The row's version as PostgreSQL keeps it: a new one for every write.
