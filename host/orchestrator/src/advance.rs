@@ -24,8 +24,8 @@ use sluice_core::{
     PaymentEvent, RefundState,
 };
 use sluice_store::{
-    AdapterPin, ApplyEvent, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder,
-    PendingKind, Provenance, Refund, SentCall,
+    AdapterPin, ApplyEvent, AttemptHead, Capture, DecisionKind, EventTarget, PaymentAttempt,
+    PaymentOrder, PendingKind, Provenance, Refund, SentCall,
 };
 
 use crate::call::{self, Connector, NotSent};
@@ -139,34 +139,34 @@ impl Orchestrator {
         id: &str,
         trigger: Trigger,
     ) -> Result<(PaymentAttempt, Action), OrchestratorError> {
-        let (order, attempt) = self.store().get_attempt_with_order(id).await?;
-        self.step_attempt_on(order, attempt, trigger).await
+        let head = self.store().get_attempt_head(id).await?;
+        self.step_attempt_on(head, trigger).await
     }
 
     /// [`Self::step_attempt`] from an attempt and its order already in hand.
     pub(crate) async fn step_attempt_on(
         &self,
-        order: PaymentOrder,
-        attempt: PaymentAttempt,
+        head: AttemptHead,
         trigger: Trigger,
     ) -> Result<(PaymentAttempt, Action), OrchestratorError> {
+        let attempt = &head.attempt;
         let span = tracing::info_span!("advance", payment_id = %attempt.payment_id,
             attempt_id = %attempt.id, adapter = %attempt.adapter, trigger = %trigger);
         let action = self
-            .attempt_step(&attempt, &order, trigger)
+            .attempt_step(&head, trigger)
             .instrument(span.clone())
             .await?;
         span.in_scope(|| tracing::info!(from = %attempt.state, ?action, "advanced attempt"));
-        Ok((attempt, action))
+        Ok((head.attempt, action))
     }
 
     async fn attempt_step(
         &self,
-        attempt: &PaymentAttempt,
-        order: &PaymentOrder,
+        head: &AttemptHead,
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
         use AttemptState as A;
+        let (attempt, order) = (&head.attempt, &head.order);
         let recovering = matches!(trigger, Trigger::Scanner | Trigger::Operator);
         match attempt.state {
             state if state.is_terminal() => return Ok(Action::Final),
@@ -190,10 +190,7 @@ impl Orchestrator {
             mode: attempt.capture_mode,
         };
         match attempt.state {
-            A::Created => {
-                self.submit_attempt(attempt, order, &connector, &own, trigger)
-                    .await
-            }
+            A::Created => self.submit_attempt(head, &connector, &own, trigger).await,
             A::Authorized => {
                 self.follow_void(attempt, order, &connector, &own, trigger)
                     .await
@@ -221,12 +218,12 @@ impl Orchestrator {
 
     async fn submit_attempt(
         &self,
-        attempt: &PaymentAttempt,
-        order: &PaymentOrder,
+        head: &AttemptHead,
         connector: &Connector,
         own: &OwnAggregate,
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
+        let (attempt, order) = (&head.attempt, &head.order);
         let operation = match attempt.capture_mode {
             CaptureMode::Automatic => Operation::Sale,
             CaptureMode::Manual => Operation::Authorize,
@@ -274,23 +271,29 @@ impl Orchestrator {
             version: identity.version.clone(),
             digest: identity.digest.clone(),
         };
-        if !self
+        let sent = SentCall {
+            pin: Some(pin),
+            // The rows this send was decided from: the record need not read them again.
+            known: Some(head.clone()),
+        };
+        let Some(recorded) = self
             .record_sent(
                 EventTarget::Attempt(attempt.reference.clone()),
                 submitted,
                 &provenance,
                 connector,
-                Some(pin),
+                sent,
             )
             .await?
-        {
+        else {
             return Ok(Action::Waiting {
                 reason: "another caller recorded it as sent and is sending it",
             });
-        }
+        };
         self.admit_new_attempt(connector).await;
-        self.send(connector, own, &spec, &request, &provenance, slot)
-            .await
+        // The answer is decided from the rows the record left.
+        let call = (&spec, &request, &provenance);
+        self.send(connector, own, call, slot, recorded.after).await
     }
 
     async fn advance_capture(
@@ -574,17 +577,17 @@ impl Orchestrator {
     }
 
     /// Record "sent" through the door before the call, with the time of the
-    /// call and, for an attempt's first send, the adapter version `pin`. True
-    /// when this caller applied it (and so owns the send); false when another
-    /// caller did.
+    /// call and, for an attempt's first send, the adapter version to pin
+    /// (`sent`). The decision when this caller applied it (and so owns the
+    /// send); none when another caller did.
     pub(crate) async fn record_sent(
         &self,
         target: EventTarget,
         event: PaymentEvent,
         provenance: &Provenance,
         connector: &Connector,
-        pin: Option<AdapterPin>,
-    ) -> Result<bool, OrchestratorError> {
+        sent: SentCall,
+    ) -> Result<Option<sluice_store::Applied>, OrchestratorError> {
         // If the host dies mid-call, the scanner finds the row once the call's
         // budget (and a little more) has passed, and queries.
         let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
@@ -596,8 +599,8 @@ impl Orchestrator {
             inbox_id: None,
             next_retry_time: Some(next_look),
         };
-        let applied = self.apply_sent(input, &SentCall { pin }).await?;
-        Ok(applied.decision == DecisionKind::Applied)
+        let applied = self.apply_sent(input, &sent).await?;
+        Ok((applied.decision == DecisionKind::Applied).then_some(applied))
     }
 
     pub(crate) async fn apply_host_event(
@@ -641,29 +644,37 @@ impl Orchestrator {
             raw_status: "submitted".into(),
             ..PaymentEvent::new(outgoing.sent_kind, EvidenceSource::SyncResponse)
         };
-        if !self
-            .record_sent(outgoing.target, sent, provenance, connector, None)
-            .await?
-        {
+        let recorded = self
+            .record_sent(
+                outgoing.target,
+                sent,
+                provenance,
+                connector,
+                SentCall::default(),
+            )
+            .await?;
+        if recorded.is_none() {
             return Ok(Action::Waiting {
                 reason: "another caller recorded it as sent and is sending it",
             });
         }
-        self.send(connector, own, spec, request, provenance, slot)
+        self.send(connector, own, (spec, request, provenance), slot, None)
             .await
     }
 
+    /// Send the `call` and put its answer through the door, starting from the
+    /// `known` rows of the attempt it is about when the caller has them
+    /// (the record of the send's [`sluice_store::Applied::after`]).
     pub(crate) async fn send(
         &self,
         connector: &Connector,
         own: &OwnAggregate,
-        spec: &OperationSpec,
-        request: &crate::transport::CheckedRequest,
-        provenance: &Provenance,
+        call: Call<'_>,
         slot: crate::call_slots::CallSlot,
+        known: Option<AttemptHead>,
     ) -> Result<Action, OrchestratorError> {
         let (action, _) = self
-            .send_learning(connector, own, spec, request, provenance, slot)
+            .send_learning(connector, own, call, slot, known)
             .await?;
         Ok(action)
     }
@@ -673,16 +684,15 @@ impl Orchestrator {
         &self,
         connector: &Connector,
         own: &OwnAggregate,
-        spec: &OperationSpec,
-        request: &crate::transport::CheckedRequest,
-        provenance: &Provenance,
+        (spec, request, provenance): Call<'_>,
         slot: crate::call_slots::CallSlot,
+        known: Option<AttemptHead>,
     ) -> Result<(Action, Learned), OrchestratorError> {
         let outcome = self.perform(connector, spec, request, slot).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
-            .apply_outcome(connector, own, spec, outcome, provenance)
+            .apply_outcome(connector, own, spec, outcome, provenance, known)
             .await?;
         let action = Action::Sent {
             operation: spec.operation,
@@ -731,7 +741,7 @@ impl Orchestrator {
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
         let applied = self
-            .apply_outcome(connector, own, spec, outcome, &provenance)
+            .apply_outcome(connector, own, spec, outcome, &provenance, None)
             .await?;
         let action = Action::Queried {
             operation: spec.operation,
@@ -741,6 +751,14 @@ impl Orchestrator {
         Ok((action, learned))
     }
 }
+
+/// One PSP call about to be sent: what it does, its checked request and on
+/// whose behalf.
+pub(crate) type Call<'a> = (
+    &'a OperationSpec,
+    &'a crate::transport::CheckedRequest,
+    &'a Provenance,
+);
 
 /// What one PSP answer showed, beyond the events the door applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

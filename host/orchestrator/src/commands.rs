@@ -174,14 +174,15 @@ impl Orchestrator {
             .store()
             .create_payment_with_attempt(&payment_id, new, &attempt, &provenance)
             .await;
-        let (order, first) = match created {
-            Ok(created) => created,
+        let head = match created {
+            Ok(head) => head,
             Err(sluice_store::StoreError::Conflict(_)) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
+        let first = head.attempt.clone();
         tracing::info!(payment_id, attempt_id = %first.id, "payment created and confirmed");
         // Its first step starts from the rows just written, not a re-read.
-        let drive = self.drive_known(order, first.clone()).await;
+        let drive = self.drive_known(head).await;
         let view = self
             .run_attempts(merchant_id, &payment_id, &first, drive, &route, options)
             .await?;
@@ -592,7 +593,7 @@ impl Orchestrator {
             tracing::info!(payment_id, attempt_id, adapter = %attempt.adapter, code,
                 "cancel of an expired customer step has no answer yet; the next scan resends it");
         }
-        self.apply_outcome(&connector, &own, &spec, outcome, &provenance)
+        self.apply_outcome(&connector, &own, &spec, outcome, &provenance, None)
             .await?;
         Ok(self.store().get_attempt(attempt_id).await?.state)
     }
@@ -642,15 +643,11 @@ impl Orchestrator {
     /// [`Self::drive`] of an attempt whose rows this caller just wrote: its
     /// first step decides from them instead of reading them again (the door
     /// decides the record of the send from the attempt as it reads it then).
-    async fn drive_known(
-        &self,
-        order: sluice_store::PaymentOrder,
-        attempt: sluice_store::PaymentAttempt,
-    ) -> bool {
+    async fn drive_known(&self, head: sluice_store::AttemptHead) -> bool {
         let this = self.clone();
-        let span = tracing::info_span!("drive", target = %Target::Attempt(attempt.id.clone()));
+        let span = tracing::info_span!("drive", target = %Target::Attempt(head.attempt.id.clone()));
         let step = async move {
-            let (_, action) = this.step_attempt_on(order, attempt, Trigger::Api).await?;
+            let (_, action) = this.step_attempt_on(head, Trigger::Api).await?;
             Ok(action)
         };
         matches!(self.wait_for(step, span).await, Waited::StillRunning)

@@ -10,7 +10,9 @@ use sluice_core::{
     decide_resend, AttemptState, CaptureMode, EventKind, EvidenceSource, PaymentEvent,
     PendingState, Resend, ResendCheck,
 };
-use sluice_store::{Capture, EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund};
+use sluice_store::{
+    Capture, EventTarget, PaymentAttempt, PaymentOrder, PendingKind, Refund, SentCall,
+};
 
 use crate::advance::{action_spec, attempt_spec, Action, Learned};
 use crate::call::{self, Connector};
@@ -68,23 +70,23 @@ impl Orchestrator {
             ..PaymentEvent::new(EventKind::VoidSubmitted, EvidenceSource::SyncResponse)
         };
         let target = EventTarget::Attempt(attempt.reference.clone());
-        if !self
-            .record_sent(target, recorded, &provenance, connector, None)
-            .await?
-        {
+        let recorded = self
+            .record_sent(
+                target,
+                recorded,
+                &provenance,
+                connector,
+                SentCall::default(),
+            )
+            .await?;
+        if recorded.is_none() {
             return Ok(Action::Waiting {
                 reason: "a void was already recorded as sent; recovery follows it",
             });
         }
-        self.send(
-            connector,
-            &own_attempt(attempt),
-            &spec,
-            &request,
-            &provenance,
-            slot,
-        )
-        .await
+        let call = (&spec, &request, &provenance);
+        self.send(connector, &own_attempt(attempt), call, slot, None)
+            .await
     }
 
     /// Recovery of an AUTHORIZED attempt whose void was recorded as sent:
@@ -129,7 +131,7 @@ impl Orchestrator {
             .note_psp_call(PendingKind::Attempt, &attempt.id)
             .await?;
         let provenance = Self::provenance(connector, trigger);
-        self.send(connector, own, &spec, &request, &provenance, slot)
+        self.send(connector, own, (&spec, &request, &provenance), slot, None)
             .await
     }
 
@@ -352,7 +354,13 @@ impl Orchestrator {
         self.store().note_psp_call(absent.kind, absent.id).await?;
         let provenance = Self::provenance(connector, trigger);
         let (sent, learned) = self
-            .send_learning(connector, own, absent.resend, &request, &provenance, slot)
+            .send_learning(
+                connector,
+                own,
+                (absent.resend, &request, &provenance),
+                slot,
+                None,
+            )
             .await?;
         let Action::Sent {
             unknown, decisions, ..

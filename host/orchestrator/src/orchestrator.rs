@@ -244,23 +244,28 @@ impl Orchestrator {
         spec: &OperationSpec,
         outcome: CallOutcome,
         provenance: &Provenance,
+        mut known: Option<sluice_store::AttemptHead>,
     ) -> Result<Vec<Applied>, OrchestratorError> {
         let scope = AccountScope::new(&connector.account_id, adapter_of(provenance));
         let mut applied = Vec::new();
         for event in outcome.into_events(spec) {
             let target = own.target_for(&event, &scope);
             let from_event = matches!(target, EventTarget::FromEvent { .. });
-            let result = self
-                .apply(ApplyEvent {
-                    target,
-                    event,
-                    provenance: provenance.clone(),
-                    inbox_id: None,
-                    next_retry_time: None,
-                })
-                .await;
+            let input = ApplyEvent {
+                target,
+                event,
+                provenance: provenance.clone(),
+                inbox_id: None,
+                next_retry_time: None,
+            };
+            // Each event starts from the rows the one before it left, if any
+            // (the store uses them only for an event about that attempt).
+            let result = self.apply_from(input, known.take()).await;
             match result {
-                Ok(done) => applied.push(done),
+                Ok(done) => {
+                    known = done.after.clone();
+                    applied.push(done);
+                }
                 // An extra event about something this host does not know (e.g.
                 // a capture report without a capture in flight), or about
                 // another account's aggregate (refused and recorded by
@@ -284,6 +289,20 @@ impl Orchestrator {
     /// evidence, counted, and refused with [`OrchestratorError::OutOfScope`].
     pub(crate) async fn apply(&self, input: ApplyEvent) -> Result<Applied, OrchestratorError> {
         let applied = self.inner.store.apply_event(&input).await;
+        self.scoped(input, applied).await
+    }
+
+    /// [`Self::apply`] starting from `known` rows of the attempt.
+    async fn apply_from(
+        &self,
+        input: ApplyEvent,
+        known: Option<sluice_store::AttemptHead>,
+    ) -> Result<Applied, OrchestratorError> {
+        let applied = self
+            .inner
+            .store
+            .apply_event_from(&input, known.as_ref())
+            .await;
         self.scoped(input, applied).await
     }
 

@@ -45,7 +45,7 @@ use crate::history::{self, NewHistory, Provenance};
 use crate::outbox::{self, NewOutboxEvent};
 use crate::payments::{
     self, attempt_in, capture_in, command_kind, order_and_amounts_in, order_in, refund_in,
-    PaymentAmounts, PaymentAttempt, PaymentOrder,
+    AttemptHead, PaymentAmounts, PaymentAttempt, PaymentOrder,
 };
 use crate::{Env, Store, StoreError};
 use batch::{Batch, Bind, Expect, Outcome, Write};
@@ -101,9 +101,16 @@ pub struct ApplyEvent {
 /// takes the time of the call (`last_psp_call_at`, which the recovery budget
 /// reads) and, for an attempt's first send, the adapter version that built
 /// its request: a pin already there is kept. One transaction instead of three.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SentCall {
     pub pin: Option<AdapterPin>,
+    /// The rows the caller decided to send from (its read, or the create
+    /// that wrote them). The decision's first try starts from them instead
+    /// of reading them again: they are the rows of the order's version they
+    /// name, and a stale one costs only that try, whose write's version check
+    /// misses; the next try reads. Used only for an event naming this
+    /// attempt's reference.
+    pub known: Option<AttemptHead>,
 }
 
 /// The kind of decision taken, as recorded in history.
@@ -147,6 +154,10 @@ pub struct Applied {
     pub outbox_event_ids: Vec<String>,
     /// 1 unless CAS races forced the decision to be re-taken.
     pub tries: u32,
+    /// The rows an applied decision about an attempt left, when it moved
+    /// nothing but the order and that attempt: what the attempt's next step
+    /// can start from without reading them ([`Store::apply_event_from`]).
+    pub after: Option<AttemptHead>,
 }
 
 /// A state the store can write: its stored name and whether it is final.
@@ -241,6 +252,8 @@ struct Subject {
     reference: Option<String>,
     psp_reference: Option<String>,
     next_retry_time: Option<i64>,
+    /// The attempt's row as read, when the subject is an attempt.
+    attempt: Option<PaymentAttempt>,
 }
 
 /// What the decision was about, for history rows.
@@ -422,7 +435,7 @@ impl Store {
     /// Apply one normalised event: the only way an attempt, capture or refund
     /// (and through them the order and the amounts) changes state.
     pub async fn apply_event(&self, input: &ApplyEvent) -> Result<Applied, StoreError> {
-        self.apply_event_with(input, None).await
+        self.apply_event_with(input, None, None).await
     }
 
     /// [`Store::apply_event`] for the record of a call about to be sent
@@ -432,13 +445,26 @@ impl Store {
         input: &ApplyEvent,
         sent: &SentCall,
     ) -> Result<Applied, StoreError> {
-        self.apply_event_with(input, Some(sent)).await
+        self.apply_event_with(input, Some(sent), sent.known.as_ref())
+            .await
+    }
+
+    /// [`Store::apply_event`] whose first try starts from `known` rows (an
+    /// earlier decision's [`Applied::after`]) instead of reading them, as a
+    /// [`SentCall`]'s do: when the event names that attempt's reference.
+    pub async fn apply_event_from(
+        &self,
+        input: &ApplyEvent,
+        known: Option<&AttemptHead>,
+    ) -> Result<Applied, StoreError> {
+        self.apply_event_with(input, None, known).await
     }
 
     async fn apply_event_with(
         &self,
         input: &ApplyEvent,
         sent: Option<&SentCall>,
+        known: Option<&AttemptHead>,
     ) -> Result<Applied, StoreError> {
         let span = tracing::info_span!(
             "apply_event",
@@ -454,7 +480,7 @@ impl Store {
         // next (the publisher's tasks, once) becomes its child after it closed.
         async {
             for tries in 1..=MAX_CAS_TRIES {
-                if let Some(applied) = self.event_try(input, sent, tries).await? {
+                if let Some(applied) = self.event_try(input, sent, known, tries).await? {
                     return Ok(applied);
                 }
             }
@@ -476,12 +502,14 @@ impl Store {
         &self,
         input: &ApplyEvent,
         sent: Option<&SentCall>,
+        known: Option<&AttemptHead>,
         tries: u32,
     ) -> Result<Option<Applied>, StoreError> {
+        let known = known_head(input, known).filter(|_| tries == 1);
         if self.backend == crate::Backend::Postgres {
             let mut conn = self.begin_alone().await?;
             let door = Door::Alone(&mut conn);
-            if let Some(step) = self.apply_event_once(door, input, sent).await? {
+            if let Some(step) = self.apply_event_once(door, input, sent, known).await? {
                 return finish_alone(&self.env, step, tries).await;
             }
         }
@@ -491,7 +519,7 @@ impl Store {
             crate::Backend::Postgres => self.writer.begin().await?,
         };
         let step = in_tx(
-            self.apply_event_once(Door::InTx(&mut tx), input, sent)
+            self.apply_event_once(Door::InTx(&mut tx), input, sent, known)
                 .await?,
         )?;
         finish_try(&self.env, tx, step, tries).await
@@ -528,6 +556,7 @@ impl Store {
                 reference: None,
                 psp_reference: None,
                 next_retry_time: None,
+                attempt: None,
             };
             let mut verdict = Verdict::of(decision);
             // For the order itself the "cascade" is its own new state.
@@ -592,13 +621,15 @@ impl Store {
         })
     }
 
-    /// One try of an event's decision; `None` when its writes need a
-    /// transaction and `door` is [`Door::Alone`].
+    /// One try of an event's decision, from the `known` rows or from a read;
+    /// `None` when its writes need a transaction and `door` is
+    /// [`Door::Alone`].
     async fn apply_event_once(
         &self,
         mut door: Door<'_>,
         input: &ApplyEvent,
         sent: Option<&SentCall>,
+        known: Option<&AttemptHead>,
     ) -> Result<Option<Step<Applied>>, StoreError> {
         let tx = door.conn();
         let Head {
@@ -606,12 +637,12 @@ impl Store {
             order,
             amounts,
             attempt,
-        } = read_head(tx, input).await?;
-        let order_snapshot = order.snapshot(&amounts)?;
-        let already_processed = match &input.inbox_id {
-            Some(inbox_id) => inbox_processed(tx, inbox_id).await?,
-            None => false,
+            inbox_processed: already_processed,
+        } = match known {
+            Some(known) => known_as_head(tx, input, known).await?,
+            None => read_head(tx, input).await?,
         };
+        let order_snapshot = order.snapshot(&amounts)?;
         let inbox_duplicate = || {
             Verdict::duplicate(format!(
                 "inbox entry {} was already processed",
@@ -765,6 +796,7 @@ impl Store {
             history_ids,
             outbox_event_ids,
             tries: 1,
+            after: rows_after(plan, &moves),
         })))
     }
 
@@ -988,6 +1020,7 @@ impl Store {
             history_ids,
             outbox_event_ids,
             tries: 1,
+            after: None,
         })))
     }
 
@@ -1126,6 +1159,9 @@ struct Head {
     amounts: PaymentAmounts,
     /// The attempt, when the event is about one: read with the order.
     attempt: Option<PaymentAttempt>,
+    /// Whether the event's inbox row is already processed (false without
+    /// one): read with the attempt when the event is about one.
+    inbox_processed: bool,
 }
 
 /// Locate the event's aggregate and read its payment. An attempt is read
@@ -1135,44 +1171,143 @@ struct Head {
 /// CAS miss.
 async fn read_head(tx: &mut Conn, input: &ApplyEvent) -> Result<Head, StoreError> {
     use payments::AttemptKey;
+    let inbox = input.inbox_id.as_deref();
     let located = match &input.target {
         // The host's own reference: the attempt and its payment at once.
         EventTarget::Attempt(reference) => {
-            let (order, amounts, attempt) =
-                payments::attempt_with_order_in(tx, AttemptKey::Reference, reference)
-                    .await?
-                    .ok_or_else(|| StoreError::not_found("attempt", reference))?;
-            return Ok(Head {
-                located: Located {
-                    aggregate: Aggregate::Attempt,
-                    id: attempt.id.clone(),
-                    payment_id: attempt.payment_id.clone(),
-                },
-                order,
-                amounts,
-                attempt: Some(attempt),
-            });
+            return attempt_head(tx, AttemptKey::Reference, reference, inbox, None).await;
         }
         target => locate::locate(tx, target, &input.event).await?,
     };
     if matches!(located.aggregate, Aggregate::Attempt | Aggregate::Order) {
-        let (order, amounts, attempt) =
-            payments::attempt_with_order_in(tx, AttemptKey::Id, &located.id)
-                .await?
-                .ok_or_else(|| StoreError::not_found("attempt", &located.id))?;
-        return Ok(Head {
-            located,
-            order,
-            amounts,
-            attempt: Some(attempt),
-        });
+        let id = located.id.clone();
+        return attempt_head(tx, AttemptKey::Id, &id, inbox, Some(located)).await;
     }
     let (order, amounts) = order_and_amounts_in(tx, &located.payment_id).await?;
+    let inbox_processed = match inbox {
+        Some(inbox_id) => inbox_processed(tx, inbox_id).await?,
+        None => false,
+    };
     Ok(Head {
         located,
         order,
         amounts,
         attempt: None,
+        inbox_processed,
+    })
+}
+
+/// The rows an applied decision about an attempt left, from the rows it was
+/// decided from and what its writes set (the SQL of [`SubjectUpdate::to_write`]
+/// and [`cas_order_write`]); none when an amount, a capture's attempt or a
+/// fulfillment moved with them. In builds with assertions the step that starts
+/// from them checks them against the database ([`known_as_head`]).
+fn rows_after(plan: &Plan<'_>, moves: &Moves<'_>) -> Option<AttemptHead> {
+    let (before, update) = (plan.subject.attempt.as_ref()?, moves.update.as_ref()?);
+    let effects = &plan.verdict.effects;
+    let moves_amounts = (effects.iter()).any(|e| amount_write(&plan.order.id, e).is_some());
+    if moves_amounts || plan.capture_attempt.is_some() || plan.follows() {
+        return None;
+    }
+    let failure = match plan.input {
+        Input::Event(event) => event.failure.clone(),
+        Input::Command(_) => None,
+    };
+    let attempt = PaymentAttempt {
+        state: AttemptState::parse(update.state)?,
+        version: moves.subject_version,
+        last_event: plan.identity().or_else(|| before.last_event.clone()),
+        psp_reference: (before.psp_reference.clone()).or_else(|| update.psp_reference.clone()),
+        next_retry_time: update.next_retry_time,
+        failure: failure.or_else(|| before.failure.clone()),
+        updated_at: update.now,
+        last_psp_call_at: update.last_psp_call_at.or(before.last_psp_call_at),
+        next_action_url: (update.next_action_url.clone())
+            .or_else(|| before.next_action_url.clone()),
+        authorized_at: before.authorized_at.or(update.authorized_at),
+        void_requested_at: before.void_requested_at.or(update.void_requested_at),
+        adapter_pin: (before.adapter_pin.clone()).or_else(|| update.pin.cloned()),
+        ..before.clone()
+    };
+    let order = PaymentOrder {
+        state: moves.order_state,
+        version: moves.payment_version,
+        updated_at: update.now,
+        ..plan.order.clone()
+    };
+    Some(AttemptHead {
+        order,
+        amounts: plan.amounts,
+        attempt,
+    })
+}
+
+/// The `known` rows a try may start from: when the event names that
+/// attempt's reference and no inbox row.
+fn known_head<'a>(input: &ApplyEvent, known: Option<&'a AttemptHead>) -> Option<&'a AttemptHead> {
+    let known = known?;
+    let names_it = matches!(&input.target,
+        EventTarget::Attempt(reference) if *reference == known.attempt.reference);
+    (names_it && input.inbox_id.is_none()).then_some(known)
+}
+
+/// The head of a try from rows already known. In builds with assertions
+/// (tests, the simulator) the rows are read as well and must be the stored
+/// ones whenever the order is still at their version: a known head that
+/// differs from the database at its own version would decide from wrong
+/// facts and still pass the version check.
+async fn known_as_head(
+    tx: &mut Conn,
+    input: &ApplyEvent,
+    known: &AttemptHead,
+) -> Result<Head, StoreError> {
+    if cfg!(debug_assertions) {
+        let read = read_head(tx, input).await?;
+        if read.order.version == known.order.version {
+            assert_eq!(
+                (&read.order, &read.amounts, read.attempt.as_ref()),
+                (&known.order, &known.amounts, Some(&known.attempt)),
+                "a known head differs from the rows stored at its version"
+            );
+        }
+    }
+    Ok(Head {
+        located: Located {
+            aggregate: Aggregate::Attempt,
+            id: known.attempt.id.clone(),
+            payment_id: known.attempt.payment_id.clone(),
+        },
+        order: known.order.clone(),
+        amounts: known.amounts,
+        attempt: Some(known.attempt.clone()),
+        inbox_processed: false,
+    })
+}
+
+/// The head of an event about an attempt: the attempt, its order and
+/// amounts and the event's inbox row's status, in one statement.
+async fn attempt_head(
+    tx: &mut Conn,
+    column: payments::AttemptKey,
+    key: &str,
+    inbox: Option<&str>,
+    located: Option<Located>,
+) -> Result<Head, StoreError> {
+    let read = payments::attempt_head_in(tx, column, key, inbox)
+        .await?
+        .ok_or_else(|| StoreError::not_found("attempt", key))?;
+    let head = read.head;
+    let located = located.unwrap_or_else(|| Located {
+        aggregate: Aggregate::Attempt,
+        id: head.attempt.id.clone(),
+        payment_id: head.attempt.payment_id.clone(),
+    });
+    Ok(Head {
+        located,
+        order: head.order,
+        amounts: head.amounts,
+        attempt: Some(head.attempt),
+        inbox_processed: read.inbox_processed.unwrap_or(false),
     })
 }
 
@@ -1350,6 +1485,7 @@ fn attempt_subject(attempt: &PaymentAttempt) -> Subject {
         reference: Some(attempt.reference.clone()),
         psp_reference: attempt.psp_reference.clone(),
         next_retry_time: attempt.next_retry_time,
+        attempt: Some(attempt.clone()),
     }
 }
 
@@ -1363,6 +1499,7 @@ fn refund_subject(refund: &payments::Refund) -> Subject {
         reference: Some(refund.reference.clone()),
         psp_reference: refund.psp_reference.clone(),
         next_retry_time: refund.next_retry_time,
+        attempt: None,
     }
 }
 
@@ -1376,6 +1513,7 @@ fn capture_subject(capture: &payments::Capture) -> Subject {
         reference: Some(capture.reference.clone()),
         psp_reference: capture.psp_reference.clone(),
         next_retry_time: capture.next_retry_time,
+        attempt: None,
     }
 }
 

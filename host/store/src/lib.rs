@@ -66,8 +66,8 @@ pub use merchants::{
 };
 pub use outbox::OutboxMessage;
 pub use payments::{
-    Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts, PaymentAttempt,
-    PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
+    AttemptHead, Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts,
+    PaymentAttempt, PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
 pub use reconciliation::{
     DifferenceFilter, NewDifference, NewReconciliationRun, ReconciliationRun, Resolution, RunKey,

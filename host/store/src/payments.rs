@@ -588,20 +588,74 @@ pub(crate) async fn attempt_with_order_in(
     column: AttemptKey,
     key: &str,
 ) -> Result<Option<(PaymentOrder, PaymentAmounts, PaymentAttempt)>, StoreError> {
-    static BY_ID: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| attempt_with_order_sql("id"));
-    static BY_REFERENCE: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| attempt_with_order_sql("reference"));
-    let sql = match column {
-        AttemptKey::Id => &*BY_ID,
-        AttemptKey::Reference => &*BY_REFERENCE,
+    Ok(attempt_head_in(conn, column, key, None)
+        .await?
+        .map(|read| (read.head.order, read.head.amounts, read.head.attempt)))
+}
+
+/// [`attempt_with_order_in`] and, when `inbox` names the inbox row the event
+/// came from, whether that row is already processed, in the same statement:
+/// a webhook's decision read both in two round trips before.
+pub(crate) async fn attempt_head_in(
+    conn: &mut AnyConnection,
+    column: AttemptKey,
+    key: &str,
+    inbox: Option<&str>,
+) -> Result<Option<AttemptRead>, StoreError> {
+    static SQL: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
+        [
+            attempt_with_order_sql("id", false),
+            attempt_with_order_sql("reference", false),
+            attempt_with_order_sql("id", true),
+            attempt_with_order_sql("reference", true),
+        ]
+    });
+    let column_index = match column {
+        AttemptKey::Id => 0,
+        AttemptKey::Reference => 1,
     };
-    let Some(row) = sqlx::query(sql).bind(key).fetch_optional(conn).await? else {
+    let sql = &SQL[column_index + if inbox.is_some() { 2 } else { 0 }];
+    let mut query = sqlx::query(sql).bind(key);
+    if let Some(inbox_id) = inbox {
+        query = query.bind(inbox_id);
+    }
+    let Some(row) = query.fetch_optional(conn).await? else {
         return Ok(None);
     };
-    let amounts = amounts_named(&row, "amounts_currency", "amounts_amount_minor")?;
-    let attempt = attempt_from_prefixed(&row, ATTEMPT_PREFIX)?;
-    Ok(Some((order_from(&row)?, amounts, attempt)))
+    let inbox_processed = match inbox {
+        None => None,
+        Some(inbox_id) => {
+            let status = opt_text(&row, "inbox_status")?
+                .ok_or_else(|| StoreError::not_found("inbox entry", inbox_id))?;
+            Some(status == "processed")
+        }
+    };
+    let head = AttemptHead {
+        order: order_from(&row)?,
+        amounts: amounts_named(&row, "amounts_currency", "amounts_amount_minor")?,
+        attempt: attempt_from_prefixed(&row, ATTEMPT_PREFIX)?,
+    };
+    Ok(Some(AttemptRead {
+        head,
+        inbox_processed,
+    }))
+}
+
+/// An attempt, its order and the order's amounts at one version of the
+/// order: as one statement read them, or as the create that wrote them left
+/// them. What a step of the attempt is decided from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptHead {
+    pub order: PaymentOrder,
+    pub amounts: PaymentAmounts,
+    pub attempt: PaymentAttempt,
+}
+
+/// What [`attempt_head_in`] read, from one snapshot.
+pub(crate) struct AttemptRead {
+    pub(crate) head: AttemptHead,
+    /// Whether the event's inbox row is processed; `None` when not asked.
+    pub(crate) inbox_processed: Option<bool>,
 }
 
 /// Which unique column of an attempt a read goes by.
@@ -613,13 +667,18 @@ pub(crate) enum AttemptKey {
 
 const ATTEMPT_PREFIX: &str = "t_";
 
-fn attempt_with_order_sql(column: &str) -> String {
+fn attempt_with_order_sql(column: &str, with_inbox: bool) -> String {
     let attempt: Vec<String> = ATTEMPT_COLS
         .split(',')
         .map(|c| format!("t.{0} AS {ATTEMPT_PREFIX}{0}", c.trim()))
         .collect();
+    let inbox = if with_inbox {
+        ", (SELECT i.status FROM webhook_inbox i WHERE i.id = $2) AS inbox_status"
+    } else {
+        ""
+    };
     order_head_sql(
-        &format!(", {}", attempt.join(", ")),
+        &format!(", {}{inbox}", attempt.join(", ")),
         &format!(
             "FROM payment_attempts t JOIN payment_orders o ON o.id = t.payment_id \
              JOIN payment_amounts a ON a.payment_id = o.id WHERE t.{column} = $1"
@@ -827,7 +886,12 @@ fn created_row<'a>(order: &'a PaymentOrder, provenance: &'a Provenance) -> NewHi
 /// Insert a new order and its amounts; a used merchant order number is a
 /// conflict, an unknown merchant not found.
 /// A payment created with its first attempt, as that start leaves the order.
-fn created_with(order: PaymentOrder, first: PaymentAttempt) -> (PaymentOrder, PaymentAttempt) {
+/// The rows a create with its first attempt committed, as stored.
+fn created_with(
+    order: PaymentOrder,
+    amounts: PaymentAmounts,
+    first: PaymentAttempt,
+) -> AttemptHead {
     tracing::info!(payment_id = %order.id, attempt_id = %first.id, adapter = %first.adapter,
         "payment created with its first attempt");
     let order = PaymentOrder {
@@ -836,7 +900,11 @@ fn created_with(order: PaymentOrder, first: PaymentAttempt) -> (PaymentOrder, Pa
         updated_at: first.created_at,
         ..order
     };
-    (order, first)
+    AttemptHead {
+        order,
+        amounts,
+        attempt: first,
+    }
 }
 
 async fn insert_new_order(tx: &mut Conn, order: &PaymentOrder) -> Result<(), StoreError> {
@@ -904,7 +972,7 @@ impl Store {
         new: &NewPayment,
         attempt: &NewAttempt,
         provenance: &Provenance,
-    ) -> Result<(PaymentOrder, PaymentAttempt), StoreError> {
+    ) -> Result<AttemptHead, StoreError> {
         let account = self
             .connector_credentials_cached(&attempt.connector_account_id)
             .await?;
@@ -923,7 +991,7 @@ impl Store {
                     .await?;
                 if let Some(first) = alone {
                     self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
-                    return Ok(created_with(order, first));
+                    return Ok(created_with(order, amounts, first));
                 }
                 // This write's await points before the `BEGIN` were reached.
                 (self.writer.begin().await?, attempt_id)
@@ -953,7 +1021,7 @@ impl Store {
             )));
         };
         self.commit_write(tx).await?;
-        Ok(created_with(order, first))
+        Ok(created_with(order, amounts, first))
     }
 
     /// On PostgreSQL, a fresh order and its first attempt in one statement:
@@ -1307,8 +1375,17 @@ impl Store {
         .await
     }
 
-    /// An attempt and its order, in one statement (one snapshot): what a step
-    /// of the attempt is decided from.
+    /// An attempt, its order and the order's amounts, in one statement (one
+    /// snapshot): what a step of the attempt is decided from.
+    pub async fn get_attempt_head(&self, attempt_id: &str) -> Result<AttemptHead, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let read = attempt_head_in(&mut conn, AttemptKey::Id, attempt_id, None)
+            .await?
+            .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
+        Ok(read.head)
+    }
+
+    /// An attempt and its order, in one statement (one snapshot).
     pub async fn get_attempt_with_order(
         &self,
         attempt_id: &str,

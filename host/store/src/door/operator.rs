@@ -119,6 +119,7 @@ fn already_flagged(order: &PaymentOrder, subject: &Subject) -> Applied {
         history_ids: Vec::new(),
         outbox_event_ids: Vec::new(),
         tries: 1,
+        after: None,
     }
 }
 
@@ -393,7 +394,10 @@ impl Store {
             result["payment_version"] = serde_json::json!(version);
         } else if outcome != ReviewOutcome::Dismiss {
             let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
-            let applied = match in_tx(self.apply_event_once(Door::InTx(tx), &input, None).await?)? {
+            let applied = match in_tx(
+                self.apply_event_once(Door::InTx(tx), &input, None, None)
+                    .await?,
+            )? {
                 Step::Done(applied) => applied,
                 Step::Retry => return Ok(Approval::Retry),
             };

@@ -2,9 +2,9 @@
 //! `confirm`): the same rows and history as the two steps, all or nothing.
 
 use crate::common::*;
-use sluice_core::{AttemptState, CaptureMode, OrderState};
-use sluice_store::{NewAttempt, StoreError};
-use sluice_test_support::door::new_payment;
+use sluice_core::{AttemptState, CaptureMode, EventKind, EvidenceSource, OrderState};
+use sluice_store::{AttemptHead, DecisionKind, NewAttempt, SentCall, Store, StoreError};
+use sluice_test_support::door::{declined, event, new_payment, on_attempt};
 
 fn first_attempt(payment_id: &str, account_id: &str) -> NewAttempt {
     NewAttempt {
@@ -74,10 +74,13 @@ dual_test! {
         // One transaction.
         let id = store.mint_payment_id();
         let new = new_payment(&fx.merchant.id, "ONE-1", 500, CaptureMode::Automatic);
-        let (order, attempt) = store
+        let head = store
             .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
             .await
             .unwrap();
+        assert_eq!(store.get_attempt_head(&head.attempt.id).await.unwrap(), head,
+            "the rows returned are the rows stored, amounts included");
+        let (order, attempt) = (head.order, head.attempt);
 
         assert_eq!(order.id, id);
         let stored = store.get_payment(Some(&fx.merchant.id), &id).await.unwrap();
@@ -115,7 +118,7 @@ dual_test! {
         assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{a:?} {b:?}");
         assert!(results.iter().any(|r| matches!(r, Err(StoreError::Conflict(_)))), "{a:?} {b:?}");
         assert_eq!(rows_of(store, &fx.merchant.id).await, (1, 1));
-        let (winner, _) = a.as_ref().or(b.as_ref()).unwrap();
+        let winner = &a.as_ref().or(b.as_ref()).unwrap().order;
         assert_eq!(store.timeline(&winner.id).await.unwrap().len(), 3);
     }
 }
@@ -183,5 +186,163 @@ dual_test! {
             .await;
         assert!(matches!(refused, Err(StoreError::Unapplicable(_))), "{refused:?}");
         assert_eq!(rows_of(store, &fx.merchant.id).await, (0, 0));
+    }
+}
+
+/// A payment created with `confirm` by `merchant_order_no`, as its rows stand.
+async fn created(store: &Store, fx: &Fixture, merchant_order_no: &str) -> AttemptHead {
+    let id = store.mint_payment_id();
+    let new = new_payment(
+        &fx.merchant.id,
+        merchant_order_no,
+        500,
+        CaptureMode::Automatic,
+    );
+    store
+        .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+        .await
+        .unwrap()
+}
+
+/// The record of the first send, decided from `known` rows when given.
+async fn record_send(
+    store: &Store,
+    attempt: &AttemptHead,
+    known: Option<&AttemptHead>,
+) -> sluice_store::Applied {
+    let submitted = event(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse);
+    let sent = SentCall {
+        pin: None,
+        known: known.cloned(),
+    };
+    store
+        .apply_sent(&on_attempt(&attempt.attempt, submitted), &sent)
+        .await
+        .unwrap()
+}
+
+dual_test! {
+    async fn a_send_recorded_from_the_rows_its_create_wrote_is_decided_once_from_them(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let head = created(store, &fx, "KNOWN-1").await;
+
+        let recorded = record_send(store, &head, Some(&head)).await;
+
+        assert_eq!((recorded.decision, recorded.tries), (DecisionKind::Applied, 1), "{recorded:?}");
+        let after = store.get_attempt_head(&head.attempt.id).await.unwrap();
+        assert_eq!(after.attempt.state, AttemptState::Submitted);
+        assert_eq!(after.order.version, head.order.version + 1);
+    }
+}
+
+dual_test! {
+    async fn a_send_recorded_from_rows_another_caller_moved_is_decided_again_from_the_stored_ones(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let head = created(store, &fx, "KNOWN-2").await;
+        // Another caller records the same send first.
+        let first = record_send(store, &head, None).await;
+        assert_eq!(first.decision, DecisionKind::Applied);
+
+        let late = record_send(store, &head, Some(&head)).await;
+
+        assert_ne!(late.decision, DecisionKind::Applied, "only one caller owns the send: {late:?}");
+        assert_eq!(late.tries, 2, "the stale rows cost one try, the next one read");
+        let submitted = store.timeline(&head.order.id).await.unwrap().into_iter()
+            .filter(|h| h.to_state == "SUBMITTED" && h.decision == "applied").count();
+        assert_eq!(submitted, 1, "one record of the send");
+    }
+}
+
+dual_test! {
+    async fn rows_known_for_another_attempt_are_never_used_for_this_one(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let other = created(store, &fx, "KNOWN-3").await;
+        let this = created(store, &fx, "KNOWN-4").await;
+
+        let recorded = record_send(store, &this, Some(&other)).await;
+
+        assert_eq!(recorded.decision, DecisionKind::Applied);
+        assert_eq!(recorded.aggregate_id, this.attempt.id);
+        let untouched = store.get_attempt_head(&other.attempt.id).await.unwrap();
+        assert_eq!(untouched, other, "the other payment's rows did not move");
+        let moved = store.get_attempt_head(&this.attempt.id).await.unwrap();
+        assert_eq!(moved.attempt.state, AttemptState::Submitted);
+    }
+}
+
+dual_test! {
+    async fn the_rows_a_decision_about_an_attempt_leaves_are_the_rows_it_stored(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let head = created(store, &fx, "AFTER-1").await;
+        let pin = sluice_store::AdapterPin { version: "1.2.0".into(), digest: "sha256:ccc".into() };
+        let submitted = event(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse);
+        let sent = SentCall { pin: Some(pin), known: Some(head.clone()) };
+        db.clock.advance(10);
+        let recorded = store.apply_sent(&on_attempt(&head.attempt, submitted), &sent).await.unwrap();
+        let mut processing = event(EventKind::PaymentProcessing, EvidenceSource::SyncResponse);
+        processing.psp_reference = Some("pi_AFTER1".into());
+        let mut action = event(EventKind::CustomerActionRequired, EvidenceSource::Webhook);
+        action.next_action_url = Some("https://psp.test/3ds/AFTER1".into());
+        let mut steps = vec![recorded];
+        for next in [processing, action, declined(EvidenceSource::Webhook)] {
+            db.clock.advance(10);
+            let known = steps.last().and_then(|applied| applied.after.clone());
+            steps.push(store.apply_event_from(&on_attempt(&head.attempt, next), known.as_ref()).await.unwrap());
+        }
+
+        let stored = store.get_attempt_head(&head.attempt.id).await.unwrap();
+        assert_eq!(stored.attempt.state, AttemptState::Failed);
+        assert!(stored.attempt.adapter_pin.is_some() && stored.attempt.failure.is_some());
+        assert!(stored.attempt.psp_reference.is_some() && stored.attempt.next_action_url.is_some());
+        assert_eq!(steps.last().unwrap().after.as_ref(), Some(&stored), "the last decision's rows are the stored ones");
+        for applied in &steps {
+            assert_eq!((applied.decision, applied.tries), (DecisionKind::Applied, 1), "{applied:?}");
+            let after = applied.after.as_ref().expect("nothing but the order and the attempt moved");
+            assert_eq!(after.attempt.version, applied.aggregate_version);
+            assert_eq!(after.order.version, applied.payment_version);
+        }
+    }
+}
+
+dual_test! {
+    async fn a_decision_that_moves_money_leaves_no_rows_to_start_from(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let head = created(store, &fx, "AFTER-2").await;
+        let recorded = record_send(store, &head, Some(&head)).await;
+        let mut succeeded = event(EventKind::PaymentSucceeded, EvidenceSource::SyncResponse);
+        succeeded.psp_reference = Some("pi_AFTER2".into());
+
+        let applied = store.apply_event_from(&on_attempt(&head.attempt, succeeded), recorded.after.as_ref()).await.unwrap();
+
+        assert_eq!((applied.decision, applied.tries), (DecisionKind::Applied, 1), "{applied:?}");
+        assert_eq!(applied.after, None, "the amounts moved: the next step reads them");
+        assert_eq!(store.payment_amounts(&head.order.id).await.unwrap().captured_minor, 500);
+    }
+}
+
+dual_test! {
+    async fn a_decision_from_rows_an_earlier_decision_left_behind_is_taken_again_from_the_stored_ones(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let head = created(store, &fx, "AFTER-3").await;
+        let recorded = record_send(store, &head, Some(&head)).await;
+        let mut processing = event(EventKind::PaymentProcessing, EvidenceSource::Webhook);
+        processing.psp_reference = Some("pi_AFTER3".into());
+        store.apply_event(&on_attempt(&head.attempt, processing)).await.unwrap();
+
+        // The answer to the send, decided from the rows the record left: stale.
+        let late = event(EventKind::PaymentProcessing, EvidenceSource::SyncResponse);
+        let applied = store.apply_event_from(&on_attempt(&head.attempt, late), recorded.after.as_ref()).await.unwrap();
+
+        assert_eq!(applied.decision, DecisionKind::IgnoredDuplicate, "{applied:?}");
+        assert_eq!(applied.tries, 2, "the stale rows cost one try");
+        let stored = store.get_attempt_head(&head.attempt.id).await.unwrap();
+        assert_eq!(stored.attempt.state, AttemptState::Processing);
+        assert_eq!(stored.order.version, recorded.payment_version + 1, "nothing written from the stale rows");
     }
 }

@@ -582,7 +582,7 @@ dual_test! {
         let attempt = fx.attempt(store, &payment).await;
         let first = sluice_store::AdapterPin { version: "1.0.0".into(), digest: "sha256:aaa".into() };
         let later = sluice_store::AdapterPin { version: "1.1.0".into(), digest: "sha256:bbb".into() };
-        let sent = |pin: &sluice_store::AdapterPin| sluice_store::SentCall { pin: Some(pin.clone()) };
+        let sent = |pin: &sluice_store::AdapterPin| sluice_store::SentCall { pin: Some(pin.clone()), known: None };
         let submitted = event(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse);
 
         db.clock.advance(1_000);
