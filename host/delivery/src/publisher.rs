@@ -349,8 +349,8 @@ impl Publisher {
         }
     }
 
-    /// Claim a batch of outbox events and fan each out. Returns the events
-    /// fanned out and the delivery rows created.
+    /// Claim a batch of outbox events and fan them out, in one transaction.
+    /// Returns the events fanned out and the delivery rows created.
     pub async fn fan_out_once(&self) -> Result<(usize, usize), DeliveryError> {
         let lease_ms = millis(self.inner.config.outbox_lease);
         let claimed = self
@@ -358,9 +358,26 @@ impl Publisher {
             .store
             .outbox_claim(self.inner.config.batch_size, lease_ms)
             .await?;
+        if claimed.len() <= 1 {
+            return Ok(self.fan_out_each(&claimed).await);
+        }
+        match self.fan_out_batch(&claimed).await {
+            Ok(created) => Ok((claimed.len(), created)),
+            Err(e) => {
+                // Nothing of the batch was written: one event that cannot be
+                // fanned out must not hold the others back, so each goes alone.
+                tracing::warn!(events = claimed.len(), error = %e,
+                    "batched fan-out failed; fanning the events out one by one");
+                Ok(self.fan_out_each(&claimed).await)
+            }
+        }
+    }
+
+    /// Fan each event out in a transaction of its own.
+    async fn fan_out_each(&self, claimed: &[OutboxMessage]) -> (usize, usize) {
         let mut fanned = 0;
         let mut created = 0;
-        for message in &claimed {
+        for message in claimed {
             match self.fan_out(message).await {
                 Ok(rows) => {
                     fanned += 1;
@@ -375,17 +392,56 @@ impl Publisher {
                 ),
             }
         }
-        Ok((fanned, created))
+        (fanned, created)
     }
 
     /// Turn one outbox event into its delivery rows and mark it handed over,
     /// in one transaction. Idempotent: running it twice for the same event
     /// creates nothing new. Returns the rows created.
     pub async fn fan_out(&self, message: &OutboxMessage) -> Result<usize, DeliveryError> {
+        self.fan_out_batch(std::slice::from_ref(message)).await
+    }
+
+    /// [`Self::fan_out`] for several events in one transaction: each
+    /// merchant's endpoints read once, every event marked handed over by one
+    /// statement. A fan-out a claim's batch took four statements per event.
+    async fn fan_out_batch(&self, messages: &[OutboxMessage]) -> Result<usize, DeliveryError> {
         let store = &self.inner.store;
         let mut tx = begin_write(store).await?;
         let now = store.now_ms();
-        let endpoints = endpoints::enabled_endpoints(&mut tx, &message.merchant_id).await?;
+        let mut endpoints_of = std::collections::BTreeMap::new();
+        let mut created = 0;
+        for message in messages {
+            let merchant = message.merchant_id.as_str();
+            if !endpoints_of.contains_key(merchant) {
+                let endpoints = endpoints::enabled_endpoints(&mut tx, merchant).await?;
+                endpoints_of.insert(merchant, endpoints);
+            }
+            let endpoints = endpoints_of.get(merchant).map(Vec::as_slice);
+            created += self
+                .insert_deliveries(&mut tx, message, endpoints.unwrap_or_default(), now)
+                .await?;
+        }
+        // The store's outbox_mark_sent, inside this transaction: an outbox row
+        // is done once every sink has its own row.
+        let marked = mark_sent(&mut tx, store.backend(), messages, now).await?;
+        commit_write(store, tx).await?;
+        self.inner.metrics.fanned_out.inc_by(marked);
+        for message in messages {
+            tracing::debug!(event_id = %message.event_id, payment_id = %message.partition_key,
+                event_type = %message.event_type, "outbox event fanned out");
+        }
+        Ok(created)
+    }
+
+    /// One event's delivery rows: one per matching endpoint, one for NATS.
+    async fn insert_deliveries(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        message: &OutboxMessage,
+        endpoints: &[endpoints::WebhookEndpoint],
+        now: i64,
+    ) -> Result<usize, DeliveryError> {
         let mut targets: Vec<(Sink, &str)> = endpoints
             .iter()
             .filter(|e| matches_event_type(&e.event_types, &message.event_type))
@@ -406,28 +462,10 @@ impl Publisher {
                 sink,
                 target,
             };
-            if deliveries::insert(&mut tx, store.env(), &new, now).await? {
+            if deliveries::insert(tx, self.inner.store.env(), &new, now).await? {
                 created += 1;
             }
         }
-        // The store's outbox_mark_sent, inside this transaction: the outbox row
-        // is done once every sink has its own row.
-        let marked = sqlx::query(mark_sent_sql(store.backend()))
-            .bind(&message.event_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        commit_write(store, tx).await?;
-        if marked.rows_affected() == 1 {
-            self.inner.metrics.fanned_out.inc();
-        }
-        tracing::debug!(
-            event_id = %message.event_id,
-            payment_id = %message.partition_key,
-            event_type = %message.event_type,
-            deliveries = created,
-            "outbox event fanned out"
-        );
         Ok(created)
     }
 
@@ -735,16 +773,30 @@ fn millis(duration: Duration) -> i64 {
 /// (each sink and target has one row an event), so what is lost is redone and
 /// the merchant may get the event twice under its one id, as after a crash
 /// between a send and its mark.
-fn mark_sent_sql(backend: sluice_store::Backend) -> &'static str {
-    match backend {
-        sluice_store::Backend::Sqlite => {
-            "UPDATE outbox SET status = 'sent', sent_at = $2, claimed_until = NULL \
-             WHERE event_id = $1 AND status = 'pending'"
-        }
+/// Mark `messages` handed over, in one statement; how many were still pending.
+/// On PostgreSQL without waiting for the WAL flush: a crash that loses it
+/// fans the events out again, which creates nothing new.
+async fn mark_sent(
+    tx: &mut sqlx::AnyConnection,
+    backend: sluice_store::Backend,
+    messages: &[OutboxMessage],
+    now: i64,
+) -> Result<u64, DeliveryError> {
+    let lazy = match backend {
+        sluice_store::Backend::Sqlite => "",
         sluice_store::Backend::Postgres => {
-            "UPDATE outbox SET status = 'sent', sent_at = $2, claimed_until = NULL \
-             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit \
-             WHERE event_id = $1 AND status = 'pending'"
+            "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit "
         }
+    };
+    let ids: Vec<String> = (0..messages.len()).map(|i| format!("${}", i + 2)).collect();
+    let sql = format!(
+        "UPDATE outbox SET status = 'sent', sent_at = $1, claimed_until = NULL {lazy}\
+         WHERE event_id IN ({}) AND status = 'pending'",
+        ids.join(", ")
+    );
+    let mut query = sqlx::query(&sql).bind(now);
+    for message in messages {
+        query = query.bind(&message.event_id);
     }
+    Ok(query.execute(tx).await?.rows_affected())
 }

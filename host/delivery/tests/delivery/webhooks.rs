@@ -201,6 +201,31 @@ dual_test! {
 }
 
 dual_test! {
+    async fn one_pass_fans_out_two_merchants_events_each_to_its_own_merchants_endpoints_only(&db) {
+        let store = &db.store;
+        let (acme, globex) = (Fixture::new(store, "Acme").await, Fixture::new(store, "Globex").await);
+        let receiver = TestMerchant::start().await;
+        let acme_endpoint = acme.endpoint(store, &format!("{}?acme", receiver.url), &["*"]).await;
+        let globex_endpoint = globex.endpoint(store, &format!("{}?globex", receiver.url), &["*"]).await;
+        let acme_payment = acme.refunded(store, "WH-B1").await;
+        let globex_payment = globex.succeeded(store, "WH-B2", 100).await;
+
+        let publisher = publisher(store, test_config());
+        let (fanned, created) = publisher.fan_out_once().await.unwrap();
+
+        assert_eq!((fanned, created), (4, 4), "one pass, one delivery per event");
+        assert_eq!(count(store, "SELECT COUNT(*) FROM outbox WHERE status = $1", "sent").await, 4);
+        for (payment, own) in [(&acme_payment, &acme_endpoint), (&globex_payment, &globex_endpoint)] {
+            let targets: Vec<String> = deliveries_for_payment(store, &payment.id).await.unwrap()
+                .into_iter().map(|d| d.target).collect();
+            assert!(!targets.is_empty() && targets.iter().all(|t| *t == own.endpoint.id),
+                "{} went only to its merchant's endpoint: {targets:?}", payment.id);
+        }
+        assert_eq!(publisher.fan_out_once().await.unwrap(), (0, 0), "nothing left to fan out");
+    }
+}
+
+dual_test! {
     async fn the_lag_gauges_report_the_age_of_the_oldest_event_not_yet_delivered(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
