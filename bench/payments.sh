@@ -116,6 +116,10 @@ if [ "$BACKEND" = postgres ]; then
     FLUSHES_BEFORE="$(sql "SELECT wal_sync FROM pg_stat_wal")"
 fi
 
+# Decisions the door took again after a lost compare-and-set (each a try's
+# write that failed, which pg_stat_statements does not count, and a backoff).
+cas_total() { curl -sf "$BASE/metrics" | awk '/^sluice_cas_conflicts_total/ { print $2; exit }'; }
+CAS_BEFORE="$(cas_total)"
 echo "== $BACKEND: create+confirm, $CONNECTIONS connections, ${SECONDS_PER_RUN}s ($(cut -d' ' -f1-3 /proc/loadavg) load, $(nproc) cores)"
 START_MS="$(date +%s%3N)"
 BENCH_PHASE=run wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/run.txt"
@@ -133,6 +137,9 @@ SETTLED_PER_S="$(python3 -c "print(f'{$SUCCEEDED * 1000 / ($END_MS - $START_MS):
 RSS_MB="$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$SERVER_PID/status")"
 echo "   create+confirm $RPS/s  p50 $P50 ms  p99 $P99 ms  p99.9 $P999 ms  non-2xx $ERR  timeouts $TIMEOUTS"
 echo "   settled $SUCCEEDED payments ($OPEN still open) in $(( (END_MS - START_MS) / 1000 )) s: $SETTLED_PER_S/s; RSS high-water $RSS_MB MB"
+CAS_AFTER="$(cas_total)"
+CAS_PER="$(python3 -c "print(f'{(${CAS_AFTER:-0} - ${CAS_BEFORE:-0}) / max($SUCCEEDED, 1):.3f}')")"
+echo "   decisions taken again after a lost compare-and-set: $CAS_PER a payment"
 
 COMMITS_PER="-"
 STATEMENTS_PER="-"
@@ -300,4 +307,4 @@ fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER cas_retries_per_payment=$CAS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"
