@@ -108,15 +108,16 @@ fn an_event_claimed_by_a_killed_inbox_processor_is_applied_once_its_claim_runs_o
 }
 
 /// Seeds whose gateway dies right after a write transaction's `COMMIT` (40
-/// steps): 16, a create with `confirm` whose payment and first attempt
-/// committed before the PSP was ever called (recovery must send it, or find
-/// it unsent); 24, a create with a pull-mode fulfillment goal whose PSP answer
-/// was recorded and never reached the merchant: the PSP's webhooks and the
-/// fulfillment carry it to fulfilled without the merchant's answer.
+/// steps; found again when the door's writes changed, session 11): 63, a
+/// create with `confirm` killed right after a commit of its own, with two
+/// gateway instances (recovery must send it, or find it unsent); 59, a create
+/// with a pull-mode fulfillment goal killed right after a commit, after a
+/// hung PSP call and a restart: the PSP's webhooks and the fulfillment must
+/// carry it without the merchant's answer.
 #[test]
 fn a_gateway_killed_right_after_a_commit_keeps_every_invariant() {
     let sim = simulator();
-    for seed in [16, 24] {
+    for seed in [63, 59] {
         let report = passing(&sim, seed);
         assert!(
             report.after_commit_kills > 0,

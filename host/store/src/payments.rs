@@ -582,20 +582,10 @@ pub(crate) async fn order_and_amounts_in(
 /// An attempt with its order and the order's amounts, in one statement and so
 /// from one snapshot: the door's read for an event about an attempt (before,
 /// locating the attempt, then reading the order and the attempt again took
-/// three). `column` is `id` or `reference`, both unique.
-pub(crate) async fn attempt_with_order_in(
-    conn: &mut AnyConnection,
-    column: AttemptKey,
-    key: &str,
-) -> Result<Option<(PaymentOrder, PaymentAmounts, PaymentAttempt)>, StoreError> {
-    Ok(attempt_head_in(conn, column, key, None)
-        .await?
-        .map(|read| (read.head.order, read.head.amounts, read.head.attempt)))
-}
-
-/// [`attempt_with_order_in`] and, when `inbox` names the inbox row the event
-/// came from, whether that row is already processed, in the same statement:
-/// a webhook's decision read both in two round trips before.
+/// three). `column` is `id` or `reference`, both unique. When `inbox` names
+/// the inbox row the event came from, also whether that row is already
+/// processed, in the same statement: a webhook's decision read both in two
+/// round trips before.
 pub(crate) async fn attempt_head_in(
     conn: &mut AnyConnection,
     column: AttemptKey,
@@ -1383,18 +1373,6 @@ impl Store {
             .await?
             .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
         Ok(read.head)
-    }
-
-    /// An attempt and its order, in one statement (one snapshot).
-    pub async fn get_attempt_with_order(
-        &self,
-        attempt_id: &str,
-    ) -> Result<(PaymentOrder, PaymentAttempt), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        let (order, _, attempt) = attempt_with_order_in(&mut conn, AttemptKey::Id, attempt_id)
-            .await?
-            .ok_or_else(|| StoreError::not_found("attempt", attempt_id))?;
-        Ok((order, attempt))
     }
 
     pub async fn get_attempt_by_reference(
