@@ -118,7 +118,9 @@ fi
 
 # Decisions the door took again after a lost compare-and-set (each a try's
 # write that failed, which pg_stat_statements does not count, and a backoff).
-cas_total() { curl -sf "$BASE/metrics" | awk '/^sluice_cas_conflicts_total/ { print $2; exit }'; }
+# awk reads to the end: quitting at the match would close the pipe under curl,
+# whose write error (23) then fails the pipeline and, under `set -e`, the bench.
+cas_total() { curl -sf "$BASE/metrics" | awk '/^sluice_cas_conflicts_total/ && !seen { print $2; seen = 1 }'; }
 CAS_BEFORE="$(cas_total)"
 echo "== $BACKEND: create+confirm, $CONNECTIONS connections, ${SECONDS_PER_RUN}s ($(cut -d' ' -f1-3 /proc/loadavg) load, $(nproc) cores)"
 START_MS="$(date +%s%3N)"
