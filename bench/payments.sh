@@ -309,4 +309,35 @@ fi
 grep "^FIRST REFUSAL" "$WORK/ingest.txt" | sed "s/^/     /" | head -2 || true
 curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^/     /' || true
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER cas_retries_per_payment=$CAS_PER pgbench_tps=${PGBENCH_TPS:--} dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"
+# The database's own floor of a payment (PostgreSQL): bench/payment_floor.sql
+# writes, by pgbench alone, the rows one settled payment of this run wrote (14
+# inserted, 10 updated), copied from such a payment, into the same tables with
+# their indexes, checks and triggers. The gateway cannot settle payments faster
+# than its database takes their rows, so goal 1's ratio is bounded by floor ÷
+# INSERT tps (BENCHMARKS.md, session 12). The floor writes each payment's rows
+# alone, in 11 commits; the gateway shares the inbox's, the claims' and the
+# publisher's statements between payments (8.3 commits a payment).
+FLOOR_TPS="-"
+if [ "$BACKEND" = postgres ]; then
+    read -r T_PAY T_MERCHANT T_KEY T_INBOX T_BODY <<<"$(psql -qAt -F' ' "$PG/$DB" -c "SELECT o.id, o.merchant_id, o.merchant_order_no, i.id, i.raw_body_id \
+        FROM payment_orders o JOIN webhook_inbox i ON i.event_json LIKE '%' || o.id || '%' \
+        WHERE o.merchant_order_no LIKE 'bench-run-%' AND o.state = 'SUCCEEDED' AND i.status = 'processed' \
+          AND (SELECT COUNT(*) FROM state_history h WHERE h.payment_id = o.id) = 7 \
+          AND (SELECT COUNT(*) FROM webhook_inbox j WHERE j.event_json LIKE '%' || o.id || '%') = 1 \
+          AND (SELECT COUNT(*) FROM outbox e WHERE e.partition_key = o.id) = 1 \
+        LIMIT 1")"
+    if [ -n "$T_BODY" ]; then
+        sql "CREATE SEQUENCE floor_seq"
+        pgbench -n -M prepared -c 8 -j 2 -T 10 -f "$ROOT/bench/payment_floor.sql" \
+            -D tpl_payment="$T_PAY" -D tpl_merchant="$T_MERCHANT" -D tpl_key="$T_KEY" \
+            -D tpl_inbox="$T_INBOX" -D tpl_body="$T_BODY" "$PG/$DB" >"$WORK/floor.txt" 2>&1 || true
+        FLOOR_TPS="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$WORK/floor.txt" | head -1)"
+        FLOOR_TPS="${FLOOR_TPS:--}"
+        FLOOR_DONE="$(sql "SELECT COUNT(*) FROM payment_orders WHERE id LIKE 'pay_floor_%' AND state = 'SUCCEEDED'")"
+        echo "== postgres: a payment's rows without the gateway (pgbench, bench/payment_floor.sql, 8 clients, 10 s): $FLOOR_TPS payments/s ($FLOOR_DONE settled; $(grep -c 'error' "$WORK/floor.txt" || true) error lines)"
+    else
+        echo "== postgres: no settled payment of the run to copy for the floor"
+    fi
+fi
+
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER cas_retries_per_payment=$CAS_PER pgbench_tps=${PGBENCH_TPS:--} floor_tps=$FLOOR_TPS dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"

@@ -221,6 +221,7 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
         let op = if goal.at_most { "<=" } else { ">=" };
         println!("  {:<62} goal {op} {:<6} {verdict}", goal.name, goal.bound);
     }
+    print_floor(pg);
     if let Some(pg) = pg {
         println!(
             "  per payment on PostgreSQL: {} commits, {} WAL flushes, {} statements",
@@ -242,4 +243,27 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
                 .map_or("-", String::as_str)
         );
     }
+}
+
+/// What bounds goal 1 from below the gateway: the payment's own rows written
+/// by pgbench alone (bench/payment_floor.sql), against the same run's INSERT
+/// baseline, and the share of that floor the gateway reached.
+fn print_floor(pg: Option<&Figures>) {
+    let (Some(floor), Some(insert), Some(settled)) = (
+        num(pg, "floor_tps"),
+        num(pg, "pgbench_tps"),
+        num(pg, "settled_per_s"),
+    ) else {
+        println!("  a payment's rows without the gateway: not measured");
+        return;
+    };
+    if floor <= 0.0 || insert <= 0.0 {
+        println!("  a payment's rows without the gateway: not measured");
+        return;
+    }
+    println!(
+        "  a payment's rows without the gateway (pgbench): {floor:.1}/s = {:.3} of INSERT tps, the most goal 1's ratio can be; the gateway settled {:.2} of that",
+        floor / insert,
+        settled / floor
+    );
 }
