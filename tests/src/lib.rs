@@ -15,6 +15,7 @@
 //!   a runtime with adapters loaded, the `test-well-behaved` webhook signature;
 //! - [`orchestrator`]: orchestrator budgets sized for tests on 2 shared cores;
 //! - [`wait`]: [`wait::eventually`], polling a condition under a deadline;
+//! - [`plans`]: the rows a statement reads on PostgreSQL on a generic plan made earlier;
 //! - [`fake_psp`]: an in-process fake PSP over real HTTP for the
 //!   `test-well-behaved` adapter, with fault modes and per-reference counts.
 //!
@@ -27,6 +28,7 @@ pub mod db;
 pub mod door;
 pub mod fake_psp;
 pub mod orchestrator;
+pub mod plans;
 pub mod wait;
 
 pub use clock::{SkewClock, TestClock};

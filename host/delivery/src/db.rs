@@ -2,7 +2,7 @@
 //! The SQL is the same on both backends (`$n` placeholders, BIGINT millis).
 
 use crate::DeliveryError;
-use sluice_store::{Backend, Store};
+use sluice_store::Store;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
@@ -20,15 +20,6 @@ pub(crate) async fn begin_write(store: &Store) -> Result<Tx, DeliveryError> {
 /// Commit a transaction of [`begin_write`].
 pub(crate) async fn commit_write(store: &Store, tx: Tx) -> Result<(), DeliveryError> {
     Ok(store.commit_write(tx).await?)
-}
-
-/// The row-locking hint for claims: PostgreSQL skips rows another instance is
-/// claiming; SQLite has one writer at a time and needs none.
-pub(crate) fn skip_locked(store: &Store) -> &'static str {
-    match store.backend() {
-        Backend::Postgres => "FOR UPDATE SKIP LOCKED",
-        Backend::Sqlite => "",
-    }
 }
 
 pub(crate) fn text(row: &AnyRow, col: &str) -> Result<String, DeliveryError> {

@@ -1,10 +1,10 @@
 //! One delivery row per (event, sink, target): its own status, attempts,
 //! schedule, lease and last outcome. Claims, outcomes, dead letters, replay.
 
-use crate::db::{begin_write, commit_write, int, opt_int, opt_text, skip_locked, text};
+use crate::db::{begin_write, commit_write, int, opt_int, opt_text, text};
 use crate::DeliveryError;
 use serde::{Deserialize, Serialize};
-use sluice_store::Store;
+use sluice_store::{Backend, Store};
 use sqlx::any::AnyRow;
 
 /// Where an event goes.
@@ -158,6 +158,48 @@ pub(crate) struct ClaimRequest<'a> {
     pub order_hold_attempts: i64,
 }
 
+/// The deliveries' claim: `$1` now, `$2` the end of the lease, `$3` the most rows, `$4` the
+/// sink, `$5` the order hold's attempts, `$6` the claim token, `$7` one target or `''` for
+/// all. Each row is picked once and the update names it by key only
+/// ([`sluice_store::Backend::claimed`]). On PostgreSQL `OFFSET 0` keeps each `NOT EXISTS` a
+/// subquery run per candidate, looking up that candidate's payment (the deliveries' through
+/// `event_deliveries_order`): without it PostgreSQL may turn them into anti-joins, and a
+/// generic plan made while the queue was nearly empty walked every pending delivery of the
+/// target for each candidate, 150,000 rows for a claim of 50 from a backlog of 3,000
+/// (BENCHMARKS.md, session 13). The outbox's is written `status || '' = 'pending'` so that
+/// `outbox_pending`, whose predicate a plain `status = 'pending'` matches, cannot serve it:
+/// that index is ordered by due time, and the lookup walked all of it for each candidate
+/// (110 ms a claim behind 20,000 events not yet fanned out); `outbox_by_partition` finds
+/// the payment's earlier events directly.
+pub fn claim_sql(backend: Backend) -> String {
+    format!(
+        "WITH picked AS MATERIALIZED (\
+            SELECT d.id FROM event_deliveries d \
+            WHERE d.sink = $4 AND ($7 = '' OR d.target = $7) \
+              AND d.status = 'pending' AND d.next_attempt_at <= $1 \
+              AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
+              AND NOT EXISTS (SELECT 1 FROM event_deliveries e \
+                              WHERE e.target = d.target AND e.sink = d.sink \
+                                AND e.partition_key = d.partition_key \
+                                AND e.event_seq < d.event_seq \
+                                AND e.status = 'pending' AND e.attempts < $5{lookup}) \
+              AND NOT EXISTS (SELECT 1 FROM outbox o \
+                              WHERE o.partition_key = d.partition_key \
+                                AND o.seq < d.event_seq AND o.status || '' = 'pending'{lookup}) \
+            ORDER BY d.next_attempt_at, d.event_seq LIMIT $3 {lock}) \
+         UPDATE event_deliveries SET attempts = attempts + 1, claimed_until = $2, \
+            claim_token = $6, last_attempt_at = $1 \
+         WHERE {picked} \
+         RETURNING {COLS}",
+        lock = backend.claim_lock(),
+        picked = backend.claimed("id"),
+        lookup = match backend {
+            Backend::Postgres => " OFFSET 0",
+            Backend::Sqlite => "",
+        },
+    )
+}
+
 /// Claim due deliveries, keeping per-payment order per target: a delivery is
 /// not handed out while an earlier event of its payment is still pending for
 /// the same target (within `order_hold_attempts`), nor while an earlier event
@@ -168,33 +210,7 @@ pub(crate) async fn claim(
 ) -> Result<Vec<Claimed>, DeliveryError> {
     let now = store.now_ms();
     let token = store.env().uuid_v4().simple().to_string();
-    let lock = skip_locked(store);
-    let due = |p: &str| {
-        format!(
-            "{p}status = 'pending' AND {p}next_attempt_at <= $1 \
-             AND ({p}claimed_until IS NULL OR {p}claimed_until < $1)"
-        )
-    };
-    let sql = format!(
-        "WITH picked AS MATERIALIZED (\
-            SELECT d.id FROM event_deliveries d \
-            WHERE d.sink = $4 AND ($7 = '' OR d.target = $7) AND {picker_due} \
-              AND NOT EXISTS (SELECT 1 FROM event_deliveries e \
-                              WHERE e.target = d.target AND e.sink = d.sink \
-                                AND e.partition_key = d.partition_key \
-                                AND e.event_seq < d.event_seq \
-                                AND e.status = 'pending' AND e.attempts < $5) \
-              AND NOT EXISTS (SELECT 1 FROM outbox o \
-                              WHERE o.partition_key = d.partition_key \
-                                AND o.seq < d.event_seq AND o.status = 'pending') \
-            ORDER BY d.next_attempt_at, d.event_seq LIMIT $3 {lock}) \
-         UPDATE event_deliveries SET attempts = attempts + 1, claimed_until = $2, \
-            claim_token = $6, last_attempt_at = $1 \
-         WHERE id IN (SELECT id FROM picked) AND {update_due} \
-         RETURNING {COLS}",
-        picker_due = due("d."),
-        update_due = due(""),
-    );
+    let sql = claim_sql(store.backend());
     let claim = sqlx::query(&sql)
         .bind(now)
         .bind(now.saturating_add(req.lease_ms))

@@ -196,6 +196,36 @@ impl Store {
 const QUEUE_CLAIM_PLAN: &str = "SELECT set_config('enable_seqscan', 'off', true), \
                                        set_config('enable_bitmapscan', 'off', true)";
 
+impl Backend {
+    /// The lock a work queue claim's `picked` CTE takes on the rows it picks: on PostgreSQL
+    /// `FOR UPDATE SKIP LOCKED`, so two claimers never pick one row and neither waits for the
+    /// other; SQLite's one writer runs the whole claim alone and needs none.
+    pub fn claim_lock(self) -> &'static str {
+        match self {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        }
+    }
+
+    /// How a work queue claim's `UPDATE` names the rows its `picked` CTE chose: `key` is the
+    /// queue's primary key. On PostgreSQL an array of those keys, which only the key's own
+    /// index can look up. `key IN (SELECT key FROM picked) AND <due>` let the planner join
+    /// the CTE against a walk of the queue's partial index instead, and a generic plan made
+    /// while the queue was nearly empty kept that join as the backlog grew: every claim read
+    /// the whole backlog, 64 ms a claim on average and up to 482 ms during the bench's
+    /// webhook ingest, against 1 ms (BENCHMARKS.md, session 13). The due condition is not
+    /// repeated: the CTE picked the rows under it and holds their locks to the end of the
+    /// statement (SQLite: the statement holds the database's write lock), so nothing can
+    /// have changed them in between, and repeating it is what made the partial index a
+    /// candidate for the update.
+    pub fn claimed(self, key: &str) -> String {
+        match self {
+            Backend::Postgres => format!("{key} = ANY (ARRAY(SELECT {key} FROM picked))"),
+            Backend::Sqlite => format!("{key} IN (SELECT {key} FROM picked)"),
+        }
+    }
+}
+
 impl Store {
     /// Run a work queue's claim, one statement that picks the oldest due rows in its partial
     /// index's order and updates them, and return its rows. On PostgreSQL it runs in a

@@ -131,6 +131,23 @@ pub const CLAIMABLE: &str = "(status IN ('pending', 'processing', 'failed') \
     AND ((status IN ('pending', 'failed') AND next_attempt_at <= $1) \
          OR (status = 'processing' AND claimed_until < $1)))";
 
+/// The inbox's claim: `$1` now, `$2` the end of the lease, `$3` the most rows. A
+/// materialized CTE picks the rows exactly once: as an IN-subquery, PostgreSQL may re-run
+/// it per row and, skipping the rows this very statement already locked, hand out more
+/// than `$3`. The update names them by key only ([`Backend::claimed`]).
+pub fn claim_sql(backend: Backend) -> String {
+    format!(
+        "WITH picked AS MATERIALIZED (SELECT id FROM webhook_inbox WHERE {CLAIMABLE} \
+                                      ORDER BY next_attempt_at, id LIMIT $3 {lock}) \
+         UPDATE webhook_inbox SET status = 'processing', attempts = attempts + 1, \
+            claimed_until = $2 \
+         WHERE {picked} \
+         RETURNING {INBOX_COLS}",
+        lock = backend.claim_lock(),
+        picked = backend.claimed("id"),
+    )
+}
+
 impl Store {
     /// Keep a verified webhook body, sealed, as evidence; returns its id for the
     /// inbox rows made from it. The same body for the same account is kept once.
@@ -285,22 +302,7 @@ impl Store {
         lease_ms: i64,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         let now = self.now_ms();
-        let lock = match self.backend {
-            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        };
-        let due = CLAIMABLE;
-        // A materialized CTE picks the rows exactly once: as an IN-subquery,
-        // PostgreSQL may re-run it per row and, skipping the rows this very
-        // statement already locked, hand out more than `limit`.
-        let sql = format!(
-            "WITH picked AS MATERIALIZED (SELECT id FROM webhook_inbox WHERE {due} \
-                                          ORDER BY next_attempt_at, id LIMIT $3 {lock}) \
-             UPDATE webhook_inbox SET status = 'processing', attempts = attempts + 1, \
-                claimed_until = $2 \
-             WHERE id IN (SELECT id FROM picked) AND {due} \
-             RETURNING {INBOX_COLS}"
-        );
+        let sql = claim_sql(self.backend);
         let claim = sqlx::query(&sql).bind(now).bind(now + lease_ms).bind(limit);
         let rows = self.claim_queue(claim).await?;
         let mut entries = rows.iter().map(entry_from).collect::<Result<Vec<_>, _>>()?;

@@ -105,6 +105,22 @@ pub(crate) fn insert_write(event: &NewOutboxEvent<'_>, at: At<'_>) -> (Write, St
     (write, event_id)
 }
 
+/// The outbox's claim: `$1` now, `$2` the end of the lease, `$3` the most events, oldest
+/// first, each picked once (see [`crate::inbox::claim_sql`]).
+pub fn claim_sql(backend: Backend) -> String {
+    let due = "(status = 'pending' AND next_attempt_at <= $1 \
+               AND (claimed_until IS NULL OR claimed_until < $1))";
+    format!(
+        "WITH picked AS MATERIALIZED (SELECT seq FROM outbox WHERE {due} \
+                                      ORDER BY next_attempt_at, seq LIMIT $3 {lock}) \
+         UPDATE outbox SET attempts = attempts + 1, claimed_until = $2 \
+         WHERE {picked} \
+         RETURNING {OUTBOX_COLS}",
+        lock = backend.claim_lock(),
+        picked = backend.claimed("seq"),
+    )
+}
+
 impl Store {
     /// Claim up to `limit` due pending events for `lease_ms`, oldest first.
     pub async fn outbox_claim(
@@ -113,20 +129,7 @@ impl Store {
         lease_ms: i64,
     ) -> Result<Vec<OutboxMessage>, StoreError> {
         let now = self.now_ms();
-        let lock = match self.backend {
-            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        };
-        let due = "(status = 'pending' AND next_attempt_at <= $1 \
-                   AND (claimed_until IS NULL OR claimed_until < $1))";
-        // Materialized so the pick runs once (see `inbox_claim`).
-        let sql = format!(
-            "WITH picked AS MATERIALIZED (SELECT seq FROM outbox WHERE {due} \
-                                          ORDER BY next_attempt_at, seq LIMIT $3 {lock}) \
-             UPDATE outbox SET attempts = attempts + 1, claimed_until = $2 \
-             WHERE seq IN (SELECT seq FROM picked) AND {due} \
-             RETURNING {OUTBOX_COLS}"
-        );
+        let sql = claim_sql(self.backend);
         let claim = sqlx::query(&sql).bind(now).bind(now + lease_ms).bind(limit);
         let rows = self.claim_queue(claim).await?;
         let mut messages = rows

@@ -8,6 +8,7 @@ extern crate sluice_test_support;
 pub mod common;
 
 mod admin;
+mod claims;
 mod concurrency;
 mod crash;
 mod jetstream;
