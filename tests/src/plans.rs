@@ -78,6 +78,31 @@ impl GenericPlan {
     }
 }
 
+/// Writes rows straight into a queue table for a plan test: `template` is one statement
+/// with `{now}`, `{from}` and `{to}` in it (e.g. a recursive CTE numbering the rows
+/// `{from}..={to}`), the same SQL on both backends.
+pub async fn write_rows(pool: &AnyPool, template: &str, now: i64, from: u64, to: u64) {
+    let sql = template
+        .replace("{now}", &now.to_string())
+        .replace("{from}", &from.to_string())
+        .replace("{to}", &to.to_string());
+    sqlx::query(&sql)
+        .execute(pool)
+        .await
+        .expect("the rows are written");
+}
+
+/// SQLite's `EXPLAIN QUERY PLAN` of `sql`, one line a step (`$n` parameters left unbound).
+pub async fn sqlite_query_plan(pool: &AnyPool, sql: &str) -> Vec<String> {
+    sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .fetch_all(pool)
+        .await
+        .expect("SQLite explains the statement")
+        .iter()
+        .map(|row| row.try_get::<String, _>("detail").expect("a plan step"))
+        .collect()
+}
+
 /// The rows read from `table` in `plan` (`EXPLAIN ANALYZE`'s text lines): every scan node of
 /// it, its rows times its loops, plus what its filters removed (per loop, as `EXPLAIN` shows
 /// them). A node's line is the one with its `(actual …)`; its detail lines follow it.

@@ -30,12 +30,9 @@ async fn write_backlog(db: &TestDb, from: u64, to: u64) {
 }
 
 async fn write(db: &TestDb, templates: &[&str], from: u64, to: u64) {
+    let now = db.clock.now_ms();
     for template in templates {
-        let sql = template
-            .replace("{now}", &db.clock.now_ms().to_string())
-            .replace("{from}", &from.to_string())
-            .replace("{to}", &to.to_string());
-        sqlx::query(&sql).execute(db.store.pool()).await.unwrap();
+        sluice_test_support::plans::write_rows(db.store.pool(), template, now, from, to).await;
     }
 }
 
@@ -49,14 +46,7 @@ dual_test! {
         let sql = sluice_delivery::deliveries::claim_sql(db.backend);
         write_backlog(db, 1, 5).await;
         if db.backend == sluice_store::Backend::Sqlite {
-            let mut conn = db.store.pool().acquire().await.unwrap();
-            let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| sqlx::Row::try_get::<String, _>(row, "detail").unwrap())
-                .collect();
+            let plan = sluice_test_support::plans::sqlite_query_plan(db.store.pool(), &sql).await;
             assert!(
                 plan.iter().any(|line| line.starts_with("SEARCH event_deliveries USING")),
                 "the claimed deliveries are looked up by key: {plan:?}"

@@ -225,11 +225,8 @@ const OUTBOX_BACKLOG: &str =
         'order', 'pay_backlog_' || n, 1, '{}', {now} - 100000 + n, {now} FROM g";
 
 async fn write_backlog(db: &TestDb, template: &str, from: u64, to: u64) {
-    let sql = template
-        .replace("{now}", &db.clock.now_ms().to_string())
-        .replace("{from}", &from.to_string())
-        .replace("{to}", &to.to_string());
-    sqlx::query(&sql).execute(db.store.pool()).await.unwrap();
+    let now = db.clock.now_ms();
+    sluice_test_support::plans::write_rows(db.store.pool(), template, now, from, to).await;
 }
 
 dual_test! {
