@@ -1,7 +1,7 @@
 //! Payment orders, their amounts, attempts, captures and refunds: the rows,
 //! their creation, and the read side the API and the orchestrator use.
 
-use crate::db::{int, json, opt_int, opt_text, parsed, text, Conn};
+use crate::db::{int, json, opt_int, opt_text, parsed, text, Conn, Tx};
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, AnyQuery, NewHistory, Provenance};
 use crate::merchants::ConnectorCredentials;
@@ -968,28 +968,10 @@ impl Store {
             .await?;
         let order = new_order(payment_id.to_owned(), new, self.now_ms())?;
         let amounts = new_amounts(&order);
-        let (mut tx, attempt_id) = match self.backend {
-            Backend::Postgres => {
-                // One statement outside a transaction when the start is plain.
-                let mut conn = self.begin_alone().await?;
-                // Drawn first on both backends, so that the simulator's seeds
-                // draw the same ids on both whether the insert succeeds or not.
-                let attempt_id = ids::attempt(&self.env);
-                let first = (attempt, attempt_id.clone());
-                let alone = self
-                    .start_with_new_order(&mut conn, &order, &amounts, first, &account, provenance)
-                    .await?;
-                if let Some(first) = alone {
-                    self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
-                    return Ok(created_with(order, amounts, first));
-                }
-                // This write's await points before the `BEGIN` were reached.
-                (self.writer.begin().await?, attempt_id)
-            }
-            Backend::Sqlite => {
-                let tx = self.begin_write().await?;
-                (tx, ids::attempt(&self.env))
-            }
+        let plain = self.create_plainly(&order, &amounts, attempt, &account, provenance);
+        let (mut tx, attempt_id) = match plain.await? {
+            Ok(first) => return Ok(created_with(order, amounts, first)),
+            Err(step_by_step) => step_by_step,
         };
         insert_new_order(&mut tx, &order).await?;
         let basis = AttemptBasis {
@@ -1014,16 +996,64 @@ impl Store {
         Ok(created_with(order, amounts, first))
     }
 
-    /// On PostgreSQL, a fresh order and its first attempt in one statement:
-    /// the same decision, instant, ids and rows as [`insert_new_order`] and
+    /// [`Self::start_with_new_order`], committed: the first attempt. Else,
+    /// having written nothing, the write transaction the step-by-step path
+    /// takes and the attempt id drawn for it.
+    async fn create_plainly(
+        &self,
+        order: &PaymentOrder,
+        amounts: &PaymentAmounts,
+        attempt: &NewAttempt,
+        account: &ConnectorCredentials,
+        provenance: &Provenance,
+    ) -> Result<Result<PaymentAttempt, (Tx, String)>, StoreError> {
+        match self.backend {
+            Backend::Postgres => {
+                // One statement outside a transaction when the start is plain.
+                let mut conn = self.begin_alone().await?;
+                // Drawn first on both backends, so that the simulator's seeds
+                // draw the same ids on both whether the insert succeeds or not.
+                let attempt_id = ids::attempt(&self.env);
+                let first = (attempt, attempt_id.clone());
+                let alone = self
+                    .start_with_new_order(&mut conn, order, amounts, first, account, provenance)
+                    .await?;
+                if let Some(first) = alone {
+                    self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
+                    return Ok(Ok(first));
+                }
+                // This write's await points before the `BEGIN` were reached.
+                Ok(Err((self.writer.begin().await?, attempt_id)))
+            }
+            Backend::Sqlite => {
+                let mut tx = self.begin_write().await?;
+                let attempt_id = ids::attempt(&self.env);
+                let first = (attempt, attempt_id.clone());
+                let plain = self
+                    .start_with_new_order(&mut tx, order, amounts, first, account, provenance)
+                    .await?;
+                match plain {
+                    Some(first) => {
+                        self.commit_write(tx).await?;
+                        Ok(Ok(first))
+                    }
+                    None => Ok(Err((tx, attempt_id))),
+                }
+            }
+        }
+    }
+
+    /// A fresh order and its first attempt in one round trip: the same
+    /// decision, instant, ids and rows as [`insert_new_order`] and
     /// [`Self::start_attempt_on`], with the order inserted as that decision
     /// leaves it instead of inserted and then moved (one round trip instead
     /// of five; the database's CHECKs, foreign keys and unique indexes apply
-    /// as before). Run outside any transaction: one statement of inserts
-    /// commits all of its rows or, failing, none, without `BEGIN` and
-    /// `COMMIT` round trips. `None`, having written nothing, when the start
-    /// is not plain (another merchant's account, a refusal): the caller then
-    /// takes the step-by-step path in a transaction, whose errors and
+    /// as before). On PostgreSQL one statement run outside any transaction:
+    /// it commits all of its rows or, failing, none, without `BEGIN` and
+    /// `COMMIT` round trips. On SQLite a script of the four inserts in the
+    /// caller's write transaction. `None`, having written nothing, when the
+    /// start is not plain (another merchant's account, a refusal): the caller
+    /// then takes the step-by-step path in a transaction, whose errors and
     /// evidence are the ones to give.
     async fn start_with_new_order(
         &self,
@@ -1062,11 +1092,19 @@ impl Store {
             version: order.version + 1,
             ..order.clone()
         };
-        let sql = format!(
-            "WITH o AS ({INSERT_ORDER}), m AS ({INSERT_AMOUNTS}), a AS ({}), h AS ({}) SELECT 1",
-            insert_attempt_sql(ORDER_PARAMS),
-            history::append_sql(rows.len(), ORDER_PARAMS + ATTEMPT_PARAMS),
-        );
+        let attempt_sql = insert_attempt_sql(ORDER_PARAMS);
+        let history_sql = history::append_sql(rows.len(), ORDER_PARAMS + ATTEMPT_PARAMS);
+        let sql = match self.backend {
+            Backend::Postgres => format!(
+                "WITH o AS ({INSERT_ORDER}), m AS ({INSERT_AMOUNTS}), a AS ({attempt_sql}), \
+                 h AS ({history_sql}) SELECT 1"
+            ),
+            // The same statements as a script, one round trip to the write
+            // connection's worker, in the caller's transaction (`batch.rs`).
+            Backend::Sqlite => {
+                format!("{INSERT_ORDER};\n{INSERT_AMOUNTS};\n{attempt_sql};\n{history_sql}")
+            }
+        };
         let mut query = bind_attempt(bind_order(sqlx::query(&sql), &moved, now), &attempt);
         for row in &rows {
             query = history::bind_row(query, row, now);

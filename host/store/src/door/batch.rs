@@ -1,10 +1,11 @@
 //! The writes of one applied decision, each with what it must do for the
-//! decision to hold. On SQLite they run one after the other and stop at the
-//! first that does not hold; on PostgreSQL they run as one statement (one
-//! data-modifying CTE per write), which saves a round trip per write, and
-//! are then checked in the same order, so the outcome is the one the writes
-//! one by one would give. Either way they run inside the door's transaction,
-//! which the caller rolls back on anything but [`Outcome::Done`].
+//! decision to hold. On SQLite they run as one script of statements (one
+//! round trip to the connection's worker thread); on PostgreSQL as one
+//! statement (one data-modifying CTE per write). Either saves a round trip
+//! per write, and the writes are then checked in their order, so the outcome
+//! is the one the writes one by one would give. Either way they run inside
+//! the door's transaction, which the caller rolls back on anything but
+//! [`Outcome::Done`].
 //!
 //! One statement cannot change one row twice (PostgreSQL would apply only one
 //! of the changes), so a batch whose writes may touch the same row is run one
@@ -16,7 +17,8 @@
 //! does not hold, so that it commits all of them or none, and saves the
 //! `BEGIN` and `COMMIT` round trips of a transaction.
 
-use sqlx::Row;
+use futures_util::TryStreamExt;
+use sqlx::{Either, Row};
 
 use crate::db::Conn;
 use crate::history::AnyQuery;
@@ -160,11 +162,83 @@ impl Batch {
     }
 
     pub async fn run(&self, tx: &mut Conn, backend: Backend) -> Result<Outcome, StoreError> {
-        if backend == Backend::Postgres && !self.one_by_one && self.writes.len() > 1 {
-            self.run_at_once(tx).await
-        } else {
-            self.run_in_turn(tx).await
+        match backend {
+            Backend::Postgres if !self.one_by_one && self.writes.len() > 1 => {
+                self.run_at_once(tx).await
+            }
+            Backend::Postgres => self.run_in_turn(tx).await,
+            Backend::Sqlite => self.run_as_script(tx).await,
         }
+    }
+
+    /// SQLite: the writes as one script, `w0; w1; …`, run in order by the
+    /// connection's worker thread in one round trip, which streams back each
+    /// statement's rows and then its row count. The process's one write
+    /// connection is held for the whole transaction, so every round trip to
+    /// its worker (two thread wake-ups) is time no other writer can use: one
+    /// per write was most of the time it was held (BENCHMARKS.md, session 14).
+    /// Every write of the script runs, where one by one would stop at the
+    /// first that does not hold; the outcome is still that first one's, and
+    /// the caller rolls the transaction back on anything but
+    /// [`Outcome::Done`], so the writes after it are undone with it.
+    async fn run_as_script(&self, tx: &mut Conn) -> Result<Outcome, StoreError> {
+        if self.writes.is_empty() {
+            return Ok(Outcome::Done(Vec::new()));
+        }
+        let (sql, binds) = self.script();
+        let mut per_write: Vec<Vec<i64>> = Vec::with_capacity(self.writes.len());
+        let mut rows = Vec::new();
+        // sqlx's SQLite driver runs a query string's statements in turn and
+        // numbers `$n` across all of them (the store's own tests pin both).
+        let mut results = sqlx::Executor::fetch_many(&mut *tx, bind_all(sqlx::query(&sql), binds));
+        let failed = loop {
+            match results.try_next().await {
+                Ok(Some(Either::Right(row))) => rows.push(row.try_get::<i64, _>("id")?),
+                Ok(Some(Either::Left(done))) => {
+                    let write = self.writes.get(per_write.len()).ok_or_else(|| {
+                        StoreError::Unapplicable(
+                            "a batch script ran more statements than writes".into(),
+                        )
+                    })?;
+                    per_write.push(match write.expect {
+                        Expect::Ids(_) | Expect::LockedRow => std::mem::take(&mut rows),
+                        Expect::OneRow | Expect::Amount(_) => {
+                            vec![0; usize::try_from(done.rows_affected()).unwrap_or(usize::MAX)]
+                        }
+                    });
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        drop(results);
+        let ran = per_write.len();
+        // A write before a failed statement that did not hold decides, as one
+        // by one, which would not have run the failed statement.
+        match (self.outcome_of(per_write)?, failed) {
+            (Outcome::Retry, _) => Ok(Outcome::Retry),
+            (Outcome::Done(_), Some(e)) => Err(e.into()),
+            (done, None) if ran == self.writes.len() => Ok(done),
+            (_, None) => Err(StoreError::Unapplicable(format!(
+                "a batch script of {} writes answered for {ran}",
+                self.writes.len()
+            ))),
+        }
+    }
+
+    /// `w0; w1; …`: each write's parameters numbered after the ones before it.
+    fn script(&self) -> (String, Vec<Bind>) {
+        let mut statements = Vec::with_capacity(self.writes.len());
+        let mut binds = Vec::new();
+        for write in &self.writes {
+            let returning = match write.expect {
+                Expect::Ids(_) => " RETURNING id",
+                _ => "",
+            };
+            statements.push(format!("{}{returning}", renumber(&write.sql, binds.len())));
+            binds.extend(write.binds.iter().cloned());
+        }
+        (statements.join(";\n"), binds)
     }
 
     async fn run_in_turn(&self, tx: &mut Conn) -> Result<Outcome, StoreError> {
@@ -218,6 +292,12 @@ impl Batch {
                 .ok_or_else(|| StoreError::Unapplicable("a batch row names no write".into()))?;
             index.push(row.try_get::<i64, _>("id")?);
         }
+        self.outcome_of(per_write)
+    }
+
+    /// The outcome of the first writes, each with the ids (or as many zeros as
+    /// rows) it gave: the first that did not hold decides, else every id.
+    fn outcome_of(&self, per_write: Vec<Vec<i64>>) -> Result<Outcome, StoreError> {
         let mut ids = Vec::new();
         for (write, mut found) in self.writes.iter().zip(per_write) {
             if let Some(outcome) = check(write, found.len())? {
@@ -651,6 +731,120 @@ mod tests {
         first.commit().await.unwrap();
         assert_eq!(locking.await.unwrap().unwrap(), Outcome::Retry);
         assert_eq!(merchants(&store, "m2").await, 0);
+    }
+
+    /// A migrated SQLite store in a directory of its own.
+    async fn sqlite() -> (tempfile::TempDir, crate::Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/batch.db", dir.path().display());
+        let store = crate::Store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        (dir, store)
+    }
+
+    /// `batch` in a write transaction of `store`, committed only when it held.
+    async fn in_tx(store: &crate::Store, batch: &Batch) -> Result<Outcome, StoreError> {
+        let mut tx = store.begin_write().await.unwrap();
+        let outcome = batch.run(&mut tx, store.backend).await;
+        if matches!(outcome, Ok(Outcome::Done(_))) {
+            tx.commit().await.unwrap();
+        }
+        outcome
+    }
+
+    fn numbered(v: &str) -> Write {
+        Write {
+            sql: "INSERT INTO numbered (v) VALUES ($1), ($2)".into(),
+            binds: vec![
+                format!("{v}.1").as_str().into(),
+                format!("{v}.2").as_str().into(),
+            ],
+            expect: Expect::Ids(2),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_script_on_sqlite_runs_each_write_with_its_own_parameters_and_returns_ids_in_order() {
+        let (_dir, store) = sqlite().await;
+        sqlx::query("CREATE TABLE numbered (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&store.writer)
+            .await
+            .unwrap();
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(numbered("a"));
+        // The same row twice: each statement sees the one before.
+        batch.push(rename("m1", Expect::OneRow));
+        batch.push(numbered("b"));
+        batch.push(new_merchant("m2"));
+        assert_eq!(
+            in_tx(&store, &batch).await.unwrap(),
+            Outcome::Done(vec![1, 2, 3, 4])
+        );
+        let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, v FROM numbered ORDER BY id")
+            .fetch_all(&store.writer)
+            .await
+            .unwrap();
+        let values: Vec<&str> = rows.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(
+            values,
+            ["a.1", "a.2", "b.1", "b.2"],
+            "each write its own binds"
+        );
+        let renamed: String = sqlx::query_scalar("SELECT name FROM merchants WHERE id = 'm1'")
+            .fetch_one(&store.writer)
+            .await
+            .unwrap();
+        assert_eq!(renamed, "renamed");
+        assert_eq!(merchants(&store, "m2").await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_script_whose_compare_and_set_misses_on_sqlite_is_retried_and_writes_nothing() {
+        let (_dir, store) = sqlite().await;
+        let mut batch = Batch::default();
+        batch.push(new_merchant("m1"));
+        batch.push(rename("nobody", Expect::OneRow));
+        batch.push(new_merchant("m2"));
+        assert_eq!(in_tx(&store, &batch).await.unwrap(), Outcome::Retry);
+        assert_eq!(
+            merchants(&store, "m1").await + merchants(&store, "m2").await,
+            0
+        );
+    }
+
+    /// One by one, the first write that did not hold ends the batch before a
+    /// later write could fail; the script runs that later write too, and must
+    /// still answer with the first one's outcome, not the later one's error.
+    #[tokio::test]
+    async fn a_script_on_sqlite_answers_for_the_first_write_that_did_not_hold_not_a_later_error() {
+        let (_dir, store) = sqlite().await;
+        let mut amount_then_error = Batch::default();
+        amount_then_error.push(rename("nobody", Expect::Amount("too much".into())));
+        amount_then_error.push(new_merchant("m1"));
+        amount_then_error.push(new_merchant("m1"));
+        let refused = in_tx(&store, &amount_then_error).await;
+        assert!(
+            matches!(&refused, Err(StoreError::AmountInvariant(m)) if m == "too much"),
+            "{refused:?}"
+        );
+        let mut miss_then_error = Batch::default();
+        miss_then_error.push(rename("nobody", Expect::OneRow));
+        miss_then_error.push(new_merchant("m1"));
+        miss_then_error.push(new_merchant("m1"));
+        assert_eq!(
+            in_tx(&store, &miss_then_error).await.unwrap(),
+            Outcome::Retry
+        );
+        let mut held_then_error = Batch::default();
+        held_then_error.push(new_merchant("m1"));
+        held_then_error.push(new_merchant("m1"));
+        let failed = in_tx(&store, &held_then_error).await;
+        assert!(
+            matches!(&failed, Err(e) if e.is_unique_violation()),
+            "the later write's own error when every write before it held: {failed:?}"
+        );
+        assert_eq!(merchants(&store, "m1").await, 0);
     }
 
     #[test]
