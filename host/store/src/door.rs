@@ -33,6 +33,7 @@
 
 pub(crate) mod batch;
 mod locate;
+use locate::OwnReference;
 mod operator;
 
 pub use locate::AccountScope;
@@ -1177,7 +1178,11 @@ async fn read_head(tx: &mut Conn, input: &ApplyEvent) -> Result<Head, StoreError
         EventTarget::Attempt(reference) => {
             return attempt_head(tx, AttemptKey::Reference, reference, inbox, None).await;
         }
-        target => locate::locate(tx, target, &input.event).await?,
+        target => match locate::by_own_reference(tx, target, &input.event, inbox).await? {
+            OwnReference::Head(read) => return Head::of(read, None, inbox),
+            OwnReference::Located(located) => located,
+            OwnReference::Unnamed => locate::locate(tx, target, &input.event).await?,
+        },
     };
     if matches!(located.aggregate, Aggregate::Attempt | Aggregate::Order) {
         let id = located.id.clone();
@@ -1296,19 +1301,33 @@ async fn attempt_head(
     let read = payments::attempt_head_in(tx, column, key, inbox)
         .await?
         .ok_or_else(|| StoreError::not_found("attempt", key))?;
-    let head = read.head;
-    let located = located.unwrap_or_else(|| Located {
-        aggregate: Aggregate::Attempt,
-        id: head.attempt.id.clone(),
-        payment_id: head.attempt.payment_id.clone(),
-    });
-    Ok(Head {
-        located,
-        order: head.order,
-        amounts: head.amounts,
-        attempt: Some(head.attempt),
-        inbox_processed: read.inbox_processed.unwrap_or(false),
-    })
+    Head::of(read, located, inbox)
+}
+
+impl Head {
+    /// An attempt's head as one statement read it, with the inbox row
+    /// `inbox`; located at the attempt unless `located` says where the event
+    /// goes.
+    fn of(
+        read: payments::AttemptRead,
+        located: Option<Located>,
+        inbox: Option<&str>,
+    ) -> Result<Head, StoreError> {
+        let inbox_processed = read.inbox_processed(inbox)?;
+        let head = read.head;
+        let located = located.unwrap_or_else(|| Located {
+            aggregate: Aggregate::Attempt,
+            id: head.attempt.id.clone(),
+            payment_id: head.attempt.payment_id.clone(),
+        });
+        Ok(Head {
+            located,
+            order: head.order,
+            amounts: head.amounts,
+            attempt: Some(head.attempt),
+            inbox_processed,
+        })
+    }
 }
 
 /// What an applied decision moves ([`Store::moves`]).

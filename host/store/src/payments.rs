@@ -612,23 +612,16 @@ pub(crate) async fn attempt_head_in(
     let Some(row) = query.fetch_optional(conn).await? else {
         return Ok(None);
     };
-    let inbox_processed = match inbox {
+    let inbox_status = match inbox {
         None => None,
-        Some(inbox_id) => {
-            let status = opt_text(&row, "inbox_status")?
-                .ok_or_else(|| StoreError::not_found("inbox entry", inbox_id))?;
-            Some(status == "processed")
-        }
+        Some(_) => opt_text(&row, "inbox_status")?,
     };
     let head = AttemptHead {
         order: order_from(&row)?,
         amounts: amounts_named(&row, "amounts_currency", "amounts_amount_minor")?,
         attempt: attempt_from_prefixed(&row, ATTEMPT_PREFIX)?,
     };
-    Ok(Some(AttemptRead {
-        head,
-        inbox_processed,
-    }))
+    Ok(Some(AttemptRead { head, inbox_status }))
 }
 
 /// An attempt, its order and the order's amounts at one version of the
@@ -644,8 +637,21 @@ pub struct AttemptHead {
 /// What [`attempt_head_in`] read, from one snapshot.
 pub(crate) struct AttemptRead {
     pub(crate) head: AttemptHead,
-    /// Whether the event's inbox row is processed; `None` when not asked.
-    pub(crate) inbox_processed: Option<bool>,
+    /// The status of the inbox row asked about, when there is one.
+    inbox_status: Option<String>,
+}
+
+impl AttemptRead {
+    /// Whether `inbox`, the inbox row the read asked about, is processed
+    /// (false without one). Asked only once the caller checked the attempt:
+    /// a row of another account is refused before this could be.
+    pub(crate) fn inbox_processed(&self, inbox: Option<&str>) -> Result<bool, StoreError> {
+        match (inbox, &self.inbox_status) {
+            (None, _) => Ok(false),
+            (Some(_), Some(status)) => Ok(status == "processed"),
+            (Some(inbox_id), None) => Err(StoreError::not_found("inbox entry", inbox_id)),
+        }
+    }
 }
 
 /// Which unique column of an attempt a read goes by.

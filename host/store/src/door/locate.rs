@@ -11,7 +11,10 @@
 
 use super::{find_row, EventTarget, Located};
 use crate::db::Conn;
-use crate::payments::{attempt_from, capture_from, PaymentAttempt, ATTEMPT_COLS, CAPTURE_COLS};
+use crate::payments::{
+    attempt_from, attempt_head_in, capture_from, AttemptKey, AttemptRead, PaymentAttempt,
+    ATTEMPT_COLS, CAPTURE_COLS,
+};
 use crate::StoreError;
 use sluice_core::{route_event, Aggregate, EventKind, PaymentEvent};
 use sqlx::Row;
@@ -232,6 +235,72 @@ async fn locate_from_event(
     if let Some(reference) = &event.attempt_reference {
         attempt = scoped_attempt(tx, scope, "reference", reference).await?;
     }
+    match attempt {
+        Some(attempt) => route_from_attempt(tx, scope, attempt, event).await,
+        None => locate_by_psp_references(tx, scope, event).await,
+    }
+}
+
+/// What the host's own attempt reference an event names finds
+/// ([`by_own_reference`]).
+pub(super) enum OwnReference {
+    /// The event is about that attempt: the attempt, its payment and the
+    /// inbox row's status as one statement read them.
+    Head(AttemptRead),
+    /// The event is about one of that attempt's captures or, when no
+    /// attempt has that reference, where the PSP's references it names lead.
+    Located(Located),
+    /// The event names no attempt reference, or is a refund's.
+    Unnamed,
+}
+
+/// An event from a webhook or an answer that names the host's own attempt
+/// reference is, nearly always, about that attempt: read it with its payment
+/// in the one statement that reads them anyway ([`attempt_head_in`]) instead
+/// of locating it first, and check its account as [`scoped_attempt`] does. A
+/// row of another account refuses the event ([`StoreError::OutOfScope`]);
+/// our references are unique across adapters, so there is at most one row.
+pub(super) async fn by_own_reference(
+    tx: &mut Conn,
+    target: &EventTarget,
+    event: &PaymentEvent,
+    inbox: Option<&str>,
+) -> Result<OwnReference, StoreError> {
+    let (EventTarget::FromEvent { scope }, Some(reference)) =
+        (target, event.attempt_reference.as_deref())
+    else {
+        return Ok(OwnReference::Unnamed);
+    };
+    if is_refund_kind(event.kind) {
+        return Ok(OwnReference::Unnamed);
+    }
+    let Some(read) = attempt_head_in(tx, AttemptKey::Reference, reference, inbox).await? else {
+        let located = locate_by_psp_references(tx, scope, event).await?;
+        return Ok(OwnReference::Located(located));
+    };
+    let account = read.head.attempt.connector_account_id.clone();
+    in_scope(
+        vec![((), account)],
+        scope,
+        Table::Attempts.entity(),
+        reference,
+    )?;
+    match route_event(event, read.head.attempt.capture_mode) {
+        Aggregate::Attempt | Aggregate::Order => Ok(OwnReference::Head(read)),
+        _ => route_from_attempt(tx, scope, read.head.attempt, event)
+            .await
+            .map(OwnReference::Located),
+    }
+}
+
+/// An event's attempt by the PSP's references it names (its payment's
+/// first), within the scope: for an event that names no attempt of ours.
+async fn locate_by_psp_references(
+    tx: &mut Conn,
+    scope: &AccountScope,
+    event: &PaymentEvent,
+) -> Result<Located, StoreError> {
+    let mut attempt = None;
     for psp in [&event.psp_payment_reference, &event.psp_reference]
         .into_iter()
         .flatten()
