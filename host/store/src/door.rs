@@ -1179,7 +1179,7 @@ async fn read_head(tx: &mut Conn, input: &ApplyEvent) -> Result<Head, StoreError
             return attempt_head(tx, AttemptKey::Reference, reference, inbox, None).await;
         }
         target => match locate::by_own_reference(tx, target, &input.event, inbox).await? {
-            OwnReference::Head(read) => return Head::of(read, None, inbox),
+            OwnReference::Head(read) => return Head::of(*read, None, inbox),
             OwnReference::Located(located) => located,
             OwnReference::Unnamed => locate::locate(tx, target, &input.event).await?,
         },

@@ -246,7 +246,7 @@ async fn locate_from_event(
 pub(super) enum OwnReference {
     /// The event is about that attempt: the attempt, its payment and the
     /// inbox row's status as one statement read them.
-    Head(AttemptRead),
+    Head(Box<AttemptRead>),
     /// The event is about one of that attempt's captures or, when no
     /// attempt has that reference, where the PSP's references it names lead.
     Located(Located),
@@ -286,7 +286,7 @@ pub(super) async fn by_own_reference(
         reference,
     )?;
     match route_event(event, read.head.attempt.capture_mode) {
-        Aggregate::Attempt | Aggregate::Order => Ok(OwnReference::Head(read)),
+        Aggregate::Attempt | Aggregate::Order => Ok(OwnReference::Head(Box::new(read))),
         _ => route_from_attempt(tx, scope, read.head.attempt, event)
             .await
             .map(OwnReference::Located),
