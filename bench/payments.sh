@@ -49,7 +49,7 @@ DB=""
 cleanup() {
     bench_stop "$SERVER_PID"
     [ -n "$DB" ] && psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
-    [ -n "${BENCH_KEEP:-}" ] && cp "$WORK/demo.log" /tmp/x/demo.log; rm -rf "$WORK"
+    rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -593,11 +593,8 @@ impl Orchestrator {
         let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
         let next_look = self.now_ms().saturating_add(window);
         let input = ApplyEvent {
-            target,
-            event,
-            provenance: provenance.clone(),
-            inbox_id: None,
             next_retry_time: Some(next_look),
+            ..ApplyEvent::new(target, event, provenance.clone())
         };
         let applied = self.apply_sent(input, &sent).await?;
         Ok((applied.decision == DecisionKind::Applied).then_some(applied))
@@ -612,11 +609,8 @@ impl Orchestrator {
     ) -> Result<DecisionKind, OrchestratorError> {
         let applied = self
             .apply(ApplyEvent {
-                target,
-                event,
-                provenance: provenance.clone(),
-                inbox_id: None,
                 next_retry_time,
+                ..ApplyEvent::new(target, event, provenance.clone())
             })
             .await?;
         Ok(applied.decision)

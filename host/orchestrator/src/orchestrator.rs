@@ -251,13 +251,7 @@ impl Orchestrator {
         for event in outcome.into_events(spec) {
             let target = own.target_for(&event, &scope);
             let from_event = matches!(target, EventTarget::FromEvent { .. });
-            let input = ApplyEvent {
-                target,
-                event,
-                provenance: provenance.clone(),
-                inbox_id: None,
-                next_retry_time: None,
-            };
+            let input = ApplyEvent::new(target, event, provenance.clone());
             // Each event starts from the rows the one before it left, if any
             // (the store uses them only for an event about that attempt).
             let result = self.apply_from(input, known.take()).await;

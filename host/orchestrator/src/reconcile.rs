@@ -306,14 +306,8 @@ impl Orchestrator {
             raw_status: line.status.clone(),
             ..PaymentEvent::new(kind, EvidenceSource::Reconciliation)
         };
-        let input = ApplyEvent {
-            target,
-            event,
-            provenance: provenance.clone(),
-            inbox_id: None,
-            next_retry_time: None,
-        };
-        self.apply(input).await
+        self.apply(ApplyEvent::new(target, event, provenance.clone()))
+            .await
     }
 
     /// Everything without a safe repair: flag the payment for two-person

@@ -97,6 +97,20 @@ pub struct ApplyEvent {
     pub next_retry_time: Option<i64>,
 }
 
+impl ApplyEvent {
+    /// An event for `target` from no inbox row, leaving the scanner's next
+    /// look to the decision.
+    pub fn new(target: EventTarget, event: PaymentEvent, provenance: Provenance) -> ApplyEvent {
+        ApplyEvent {
+            target,
+            event,
+            provenance,
+            inbox_id: None,
+            next_retry_time: None,
+        }
+    }
+}
+
 /// A call recorded as sent by the decision that records it ([`Store::apply_sent`]).
 /// When that decision is applied, the same write of the subject row also
 /// takes the time of the call (`last_psp_call_at`, which the recovery budget
