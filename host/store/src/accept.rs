@@ -5,6 +5,7 @@
 //! On PostgreSQL, single-event webhooks that arrive while earlier ones are
 //! being written share a statement and a commit ([`crate::group_commit`]).
 
+use crate::db::{run_script, text};
 use crate::env::AwaitPoint;
 use crate::group_commit::{GroupLimits, Joined};
 use crate::inbox::{body_context, inbox_duplicate_in, InboxInsert, NewInboxEvent};
@@ -74,6 +75,36 @@ fn accept_batch_sql(rows: usize) -> String {
     )
 }
 
+/// SQLite: the script that keeps a webhook of `events` events ([`Store::accept_as_script`]):
+/// `$1`–`$5` the body (its id, account, digest, sealed body, the time), then four
+/// parameters an event (its inbox id, adapter, provider event id, normalised event). Its
+/// statements: the body's insert, the kept body's id (this one's, or the one kept before),
+/// then each event's insert.
+fn accept_script_sql(events: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO webhook_bodies (id, connector_account_id, payload_digest, sealed_body, \
+            received_at) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (connector_account_id, payload_digest) DO NOTHING;\n\
+         SELECT id FROM webhook_bodies WHERE connector_account_id = $2 AND payload_digest = $3",
+    );
+    for event in 0..events {
+        let p = 6 + event * 4;
+        sql.push_str(&format!(
+            ";\nINSERT INTO webhook_inbox (id, adapter, connector_account_id, provider_event_id, \
+                payload_digest, verification, event_json, status, attempts, next_attempt_at, \
+                received_at, raw_body_id) \
+             VALUES (${p}, ${}, $2, ${}, $3, 'verified', ${}, 'pending', 0, $5, $5, \
+                (SELECT id FROM webhook_bodies WHERE connector_account_id = $2 \
+                 AND payload_digest = $3)) \
+             ON CONFLICT (adapter, connector_account_id, provider_event_id) DO NOTHING",
+            p + 1,
+            p + 2,
+            p + 3
+        ));
+    }
+    sql
+}
+
 /// A single-event webhook waiting for its batch: ids minted and body sealed
 /// by its own caller, so a batch only writes.
 #[derive(Debug)]
@@ -131,12 +162,76 @@ impl Store {
         &self,
         webhook: AcceptedWebhook<'_>,
     ) -> Result<(String, Vec<InboxInsert>), StoreError> {
-        if let (Backend::Postgres, [only]) = (self.backend, webhook.events.as_slice()) {
-            if let Some(accepted) = self.accept_one_pg(&webhook, only).await? {
-                return Ok(accepted);
+        match (self.backend, webhook.events.as_slice()) {
+            (Backend::Sqlite, _) => return self.accept_as_script(webhook).await,
+            (Backend::Postgres, [only]) => {
+                if let Some(accepted) = self.accept_one_pg(&webhook, only).await? {
+                    return Ok(accepted);
+                }
             }
+            (Backend::Postgres, _) => {}
         }
         self.accept_in_steps(webhook).await
+    }
+
+    /// SQLite: [`Self::accept_in_steps`]'s writes as one script in its
+    /// transaction ([`run_script`]): the body (kept once per account and
+    /// digest), its id, and each event (queued once per adapter, account and
+    /// provider event id) with that id. Ids are drawn in the same order.
+    async fn accept_as_script(
+        &self,
+        webhook: AcceptedWebhook<'_>,
+    ) -> Result<(String, Vec<InboxInsert>), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let body_id = ids::webhook_body(&self.env);
+        let sealed = self.seal_secret(&body_context(&body_id), webhook.body)?;
+        let now = self.now_ms();
+        let events: Vec<(String, NewInboxEvent)> = (webhook.events.into_iter())
+            .map(|event| (ids::inbox(&self.env), event))
+            .collect();
+        let sql = accept_script_sql(events.len());
+        let mut query = sqlx::query(&sql)
+            .bind(&body_id)
+            .bind(webhook.connector_account_id)
+            .bind(webhook.payload_digest)
+            .bind(&sealed)
+            .bind(now);
+        for (inbox_id, event) in &events {
+            query = query
+                .bind(inbox_id)
+                .bind(&event.adapter)
+                .bind(&event.provider_event_id)
+                .bind(event.event.to_string());
+        }
+        let (ran, failed) = run_script(&mut tx, query).await;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        let kept_body = (ran.get(1).and_then(|body| body.rows.first()))
+            .ok_or_else(|| StoreError::corrupt("webhook_bodies", "the kept body was not found"))?;
+        let kept_body_id = text(kept_body, "id")?;
+        let mut outcomes = Vec::with_capacity(events.len());
+        for (index, (inbox_id, event)) in events.into_iter().enumerate() {
+            let inserted = ran.get(2 + index).map(|statement| statement.changes);
+            outcomes.push(match inserted {
+                Some(1) => InboxInsert::Inserted { id: inbox_id },
+                Some(_) => {
+                    let event = NewInboxEvent {
+                        connector_account_id: webhook.connector_account_id.to_owned(),
+                        ..event
+                    };
+                    inbox_duplicate_in(&mut tx, &event).await?
+                }
+                None => {
+                    return Err(StoreError::corrupt(
+                        "webhook_inbox",
+                        "the script did not answer for every event",
+                    ))
+                }
+            });
+        }
+        self.commit_write(tx).await?;
+        Ok((kept_body_id, outcomes))
     }
 
     /// A single-event webhook through the group commit: alone when the

@@ -15,6 +15,40 @@ pub(crate) type Tx = Transaction<'static, Any>;
 /// a write that is one statement (`door.rs`, [`Door`](crate::door)).
 pub(crate) type Conn = AnyConnection;
 
+/// What one statement of a script gave ([`run_script`]): its rows, then its row count.
+pub(crate) struct Ran {
+    pub rows: Vec<AnyRow>,
+    pub changes: u64,
+}
+
+/// SQLite: run a query string of several statements, its `$n` numbered across
+/// all of them, in one round trip to the connection's worker thread (sqlx's
+/// SQLite driver runs them in turn and streams back each one's rows, then
+/// its count). The process's one write connection is held from a
+/// transaction's `BEGIN` to its `COMMIT`, and a round trip per statement was
+/// most of that time (BENCHMARKS.md, session 14). Returns each statement's
+/// results up to the first that failed, and that failure.
+pub(crate) async fn run_script(
+    conn: &mut AnyConnection,
+    query: crate::history::AnyQuery<'_>,
+) -> (Vec<Ran>, Option<sqlx::Error>) {
+    use futures_util::TryStreamExt;
+    let mut ran = Vec::new();
+    let mut rows = Vec::new();
+    let mut results = sqlx::Executor::fetch_many(conn, query);
+    loop {
+        match results.try_next().await {
+            Ok(Some(sqlx::Either::Right(row))) => rows.push(row),
+            Ok(Some(sqlx::Either::Left(done))) => ran.push(Ran {
+                rows: std::mem::take(&mut rows),
+                changes: done.rows_affected(),
+            }),
+            Ok(None) => return (ran, None),
+            Err(e) => return (ran, Some(e)),
+        }
+    }
+}
+
 /// Make the SQLite URL create its file, and the file's directory, if missing.
 pub(crate) fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     let rest = url

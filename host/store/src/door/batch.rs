@@ -17,10 +17,9 @@
 //! does not hold, so that it commits all of them or none, and saves the
 //! `BEGIN` and `COMMIT` round trips of a transaction.
 
-use futures_util::TryStreamExt;
-use sqlx::{Either, Row};
+use sqlx::Row;
 
-use crate::db::Conn;
+use crate::db::{run_script, Conn};
 use crate::history::AnyQuery;
 use crate::{Backend, StoreError};
 
@@ -186,32 +185,21 @@ impl Batch {
             return Ok(Outcome::Done(Vec::new()));
         }
         let (sql, binds) = self.script();
-        let mut per_write: Vec<Vec<i64>> = Vec::with_capacity(self.writes.len());
-        let mut rows = Vec::new();
-        // sqlx's SQLite driver runs a query string's statements in turn and
-        // numbers `$n` across all of them (the store's own tests pin both).
-        let mut results = sqlx::Executor::fetch_many(&mut *tx, bind_all(sqlx::query(&sql), binds));
-        let failed = loop {
-            match results.try_next().await {
-                Ok(Some(Either::Right(row))) => rows.push(row.try_get::<i64, _>("id")?),
-                Ok(Some(Either::Left(done))) => {
-                    let write = self.writes.get(per_write.len()).ok_or_else(|| {
-                        StoreError::Unapplicable(
-                            "a batch script ran more statements than writes".into(),
-                        )
-                    })?;
-                    per_write.push(match write.expect {
-                        Expect::Ids(_) | Expect::LockedRow => std::mem::take(&mut rows),
-                        Expect::OneRow | Expect::Amount(_) => {
-                            vec![0; usize::try_from(done.rows_affected()).unwrap_or(usize::MAX)]
-                        }
-                    });
+        let (statements, failed) = run_script(tx, bind_all(sqlx::query(&sql), binds)).await;
+        if statements.len() > self.writes.len() {
+            return Err(StoreError::Unapplicable(
+                "a batch script ran more statements than writes".into(),
+            ));
+        }
+        let mut per_write: Vec<Vec<i64>> = Vec::with_capacity(statements.len());
+        for (write, statement) in self.writes.iter().zip(statements) {
+            per_write.push(match write.expect {
+                Expect::Ids(_) | Expect::LockedRow => returned_ids(&statement.rows, "id")?,
+                Expect::OneRow | Expect::Amount(_) => {
+                    vec![0; usize::try_from(statement.changes).unwrap_or(usize::MAX)]
                 }
-                Ok(None) => break None,
-                Err(e) => break Some(e),
-            }
-        };
-        drop(results);
+            });
+        }
         let ran = per_write.len();
         // A write before a failed statement that did not hold decides, as one
         // by one, which would not have run the failed statement.
