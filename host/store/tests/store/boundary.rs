@@ -5,7 +5,8 @@
 use crate::common::*;
 use sluice_core::{CaptureMode, EventKind, EvidenceSource, PaymentEvent};
 use sluice_store::{
-    AccountScope, ApplyEvent, CaptureRequest, EventTarget, RefundRequest, Store, StoreError,
+    AccountScope, ApplyEvent, CaptureRequest, EventTarget, InboxInsert, NewInboxEvent,
+    RefundRequest, Store, StoreError,
 };
 
 /// Merchant A's money in every open shape, and the references naming it.
@@ -178,6 +179,49 @@ dual_test! {
         let chargeback = named(EventKind::Chargeback, "psp_reference", "pi_A-1", 3);
         let applied = store.apply_event(&through(&a.scope(), None, chargeback)).await.unwrap();
         assert_eq!(applied.aggregate_id, attempt.id);
+    }
+}
+
+dual_test! {
+    /// The door reads an attempt named by our own reference together with its
+    /// payment and the webhook's inbox row; a hostile tenant's queued webhook
+    /// naming A's attempt is refused on the attempt's account, before the inbox
+    /// row is looked at, and neither A's payment nor B's inbox row moves.
+    async fn a_queued_webhook_naming_another_accounts_attempt_reference_is_refused_before_its_inbox_row_is_read(&db) {
+        let store = &db.store;
+        let a = Fixture::new(store, "Acme").await;
+        let b = Fixture::new(store, "Acme").await;
+        let (paid, attempt) = a.submitted(store, "A-Q1", 100, CaptureMode::Automatic).await;
+        let before = store.payment_details(None, &paid.id).await.unwrap();
+        let hostile = named(EventKind::PaymentSucceeded, "attempt_reference", &attempt.reference, 1);
+        let queued = store
+            .inbox_insert(&NewInboxEvent {
+                adapter: b.scope().adapter,
+                connector_account_id: b.account.id.clone(),
+                provider_event_id: "evt_hostile_1".into(),
+                payload_digest: "sha256:hostile".into(),
+                event: serde_json::to_value(&hostile).unwrap(),
+                raw_body_id: None,
+            })
+            .await
+            .unwrap();
+        let InboxInsert::Inserted { id: inbox_id } = queued else { panic!("{queued:?}") };
+        for inbox in [Some(inbox_id.clone()), Some("inbox_that_does_not_exist".to_owned())] {
+            let input = ApplyEvent { inbox_id: inbox, ..through(&b.scope(), None, hostile.clone()) };
+            let refused = store.apply_event(&input).await;
+            assert!(
+                matches!(&refused, Err(StoreError::OutOfScope { entity: "attempt", account, .. }) if *account == b.account.id),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(store.payment_details(None, &paid.id).await.unwrap(), before, "A's payment is untouched");
+        assert_eq!(store.inbox_get(&inbox_id).await.unwrap().status, "pending", "B's row is not processed");
+
+        // Through A's own account the same event, from its own inbox row, applies.
+        let own = ApplyEvent { inbox_id: None, ..through(&a.scope(), None, hostile) };
+        let applied = store.apply_event(&own).await.unwrap();
+        assert_eq!(applied.aggregate_id, attempt.id);
+        assert_eq!(applied.to_state, "SUCCEEDED");
     }
 }
 
