@@ -24,14 +24,15 @@ use sluice_core::{
     PaymentEvent, RefundState,
 };
 use sluice_store::{
-    AdapterPin, ApplyEvent, AttemptHead, Capture, DecisionKind, EventTarget, PaymentAttempt,
-    PaymentOrder, PendingKind, Provenance, Refund, SentCall,
+    ApplyEvent, AttemptHead, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder,
+    PendingKind, Provenance, Refund, SentCall,
 };
 
 use crate::call::{self, Connector, NotSent};
 use crate::config::millis;
 use crate::convert::{Operation, OperationSpec};
 use crate::error::OrchestratorError;
+use crate::first_send::Prepared;
 use crate::orchestrator::{
     metadata_pairs, DecisionTally, Orchestrator, OwnAggregate, Target, Trigger,
 };
@@ -223,77 +224,62 @@ impl Orchestrator {
         own: &OwnAggregate,
         trigger: Trigger,
     ) -> Result<Action, OrchestratorError> {
-        let (attempt, order) = (&head.attempt, &head.order);
+        let ready = match self.prepare_first_send(head, connector, trigger).await? {
+            Prepared::Ready(ready) => ready,
+            Prepared::NotSent(not_sent) => {
+                return self
+                    .first_not_sent(head, connector, trigger, not_sent)
+                    .await
+            }
+            Prepared::Shed(action) => return Ok(action),
+        };
+        let sent = SentCall {
+            // The rows this send was decided from: the record need not read them again.
+            known: Some(head.clone()),
+            ..ready.record.sent.clone()
+        };
+        let recorded = self.apply_sent(ready.record.input.clone(), &sent).await?;
+        if recorded.decision != DecisionKind::Applied {
+            return Ok(Action::Waiting {
+                reason: "another caller recorded it as sent and is sending it",
+            });
+        }
+        // The answer is decided from the rows the record left.
+        self.send_first(connector, own, *ready, recorded.after)
+            .await
+    }
+
+    /// A first send whose request cannot leave the host: the attempt ends
+    /// CANCELED without money, and the order stays open for a new attempt.
+    pub(crate) async fn first_not_sent(
+        &self,
+        head: &AttemptHead,
+        connector: &Connector,
+        trigger: Trigger,
+        not_sent: NotSent,
+    ) -> Result<Action, OrchestratorError> {
+        let attempt = &head.attempt;
+        let event = PaymentEvent {
+            attempt_reference: Some(attempt.reference.clone()),
+            raw_status: "not_sent".into(),
+            failure: Some(not_sent_failure(&not_sent)),
+            ..PaymentEvent::new(EventKind::PaymentCanceled, EvidenceSource::SyncResponse)
+        };
+        let provenance = Self::provenance(connector, trigger);
+        self.apply_host_event(
+            EventTarget::Attempt(attempt.reference.clone()),
+            event,
+            &provenance,
+            None,
+        )
+        .await?;
         let operation = match attempt.capture_mode {
             CaptureMode::Automatic => Operation::Sale,
             CaptureMode::Manual => Operation::Authorize,
         };
-        let spec = attempt_spec(operation, attempt, order);
-        let provenance = Self::provenance(connector, trigger);
-        let request = match call::prepare(connector, &spec).await? {
-            Ok(request) => request,
-            Err(not_sent) => {
-                // Nothing left the host: the attempt ends CANCELED without
-                // money, and the order stays open for a new attempt.
-                let event = PaymentEvent {
-                    attempt_reference: Some(attempt.reference.clone()),
-                    raw_status: "not_sent".into(),
-                    failure: Some(not_sent_failure(&not_sent)),
-                    ..PaymentEvent::new(EventKind::PaymentCanceled, EvidenceSource::SyncResponse)
-                };
-                self.apply_host_event(
-                    EventTarget::Attempt(attempt.reference.clone()),
-                    event,
-                    &provenance,
-                    None,
-                )
-                .await?;
-                self.watch_canary(connector, operation, crate::releases::FirstSend::Error)
-                    .await;
-                return Ok(not_sent.into());
-            }
-        };
-        // The slot before the record: a call shed here never left the host
-        // and the attempt stays CREATED, never SUBMITTED without a send.
-        let slot = match self.call_slot(connector, spec.operation).await {
-            Ok(slot) => slot,
-            Err(shed) => return Ok(Action::shed(spec.operation, &shed)),
-        };
-        let submitted = PaymentEvent {
-            attempt_reference: Some(attempt.reference.clone()),
-            raw_status: "submitted".into(),
-            ..PaymentEvent::new(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse)
-        };
-        // The version that built the request is pinned with the record (a
-        // pin already there is kept).
-        let identity = connector.adapter.identity();
-        let pin = AdapterPin {
-            version: identity.version.clone(),
-            digest: identity.digest.clone(),
-        };
-        let sent = SentCall {
-            pin: Some(pin),
-            // The rows this send was decided from: the record need not read them again.
-            known: Some(head.clone()),
-        };
-        let Some(recorded) = self
-            .record_sent(
-                EventTarget::Attempt(attempt.reference.clone()),
-                submitted,
-                &provenance,
-                connector,
-                sent,
-            )
-            .await?
-        else {
-            return Ok(Action::Waiting {
-                reason: "another caller recorded it as sent and is sending it",
-            });
-        };
-        self.admit_new_attempt(connector).await;
-        // The answer is decided from the rows the record left.
-        let call = (&spec, &request, &provenance);
-        self.send(connector, own, call, slot, recorded.after).await
+        self.watch_canary(connector, operation, crate::releases::FirstSend::Error)
+            .await;
+        Ok(not_sent.into())
     }
 
     async fn advance_capture(
@@ -588,16 +574,26 @@ impl Orchestrator {
         connector: &Connector,
         sent: SentCall,
     ) -> Result<Option<sluice_store::Applied>, OrchestratorError> {
-        // If the host dies mid-call, the scanner finds the row once the call's
-        // budget (and a little more) has passed, and queries.
-        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
-        let next_look = self.now_ms().saturating_add(window);
-        let input = ApplyEvent {
-            next_retry_time: Some(next_look),
-            ..ApplyEvent::new(target, event, provenance.clone())
-        };
+        let input = self.sent_input(target, event, provenance, connector);
         let applied = self.apply_sent(input, &sent).await?;
         Ok((applied.decision == DecisionKind::Applied).then_some(applied))
+    }
+
+    /// The record of a call about to be sent, with the scanner's next look:
+    /// if the host dies mid-call, the scanner finds the row once the call's
+    /// budget (and a little more) has passed, and queries.
+    pub(crate) fn sent_input(
+        &self,
+        target: EventTarget,
+        event: PaymentEvent,
+        provenance: &Provenance,
+        connector: &Connector,
+    ) -> ApplyEvent {
+        let window = millis(connector.budget.timeout) + millis(self.config().in_flight_grace);
+        ApplyEvent {
+            next_retry_time: Some(self.now_ms().saturating_add(window)),
+            ..ApplyEvent::new(target, event, provenance.clone())
+        }
     }
 
     pub(crate) async fn apply_host_event(

@@ -21,12 +21,13 @@ use sluice_store::{
 };
 
 use crate::advance::{attempt_spec, Action};
-use crate::call;
+use crate::call::{self, Connector};
 use crate::config::millis;
 use crate::convert::Operation;
 use crate::create::{first_eligible, Routing};
 use crate::error::OrchestratorError;
 use crate::exits::VoidReason;
+use crate::first_send::Prepared;
 use crate::orchestrator::{Orchestrator, OwnAggregate, Target, Trigger};
 
 /// How to confirm. The connector account serving the attempt is the one
@@ -153,7 +154,9 @@ impl Orchestrator {
     /// Create a payment and start its first attempt in one transaction (a
     /// create with `confirm`), then drive it as [`Self::confirm`] does. None
     /// when the merchant order number was used before: nothing was written,
-    /// and the caller looks for the earlier payment.
+    /// and the caller looks for the earlier payment. The first send's
+    /// request is built and its call slot taken before the create, so that
+    /// the record of the send commits with the payment (`first_send.rs`).
     pub(crate) async fn create_confirmed(
         &self,
         new: &sluice_store::NewPayment,
@@ -169,24 +172,90 @@ impl Orchestrator {
         let attempt = self
             .new_attempt(&payment_id, &route.account, options, route.reason.clone())
             .await?;
+        let fresh = self
+            .store()
+            .fresh_payment(&payment_id, new, &attempt)
+            .await?;
+        let first = match fresh.head() {
+            Some(head) => Some(self.first_send_of(&head).await?),
+            None => None,
+        };
+        let record = match &first {
+            Some((_, Prepared::Ready(ready))) => Some(&ready.record),
+            _ => None,
+        };
         let provenance = Self::merchant_actor(merchant_id);
         let created = self
             .store()
-            .create_payment_with_attempt(&payment_id, new, &attempt, &provenance)
+            .create_payment_with_attempt(&fresh, &provenance, record)
             .await;
-        let head = match created {
-            Ok(head) => head,
+        let created = match created {
+            Ok(created) => created,
             Err(sluice_store::StoreError::Conflict(_)) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
-        let first = head.attempt.clone();
-        tracing::info!(payment_id, attempt_id = %first.id, "payment created and confirmed");
-        // Its first step starts from the rows just written, not a re-read.
-        let drive = self.drive_known(head).await;
+        let attempt = created.head.attempt.clone();
+        tracing::info!(payment_id, attempt_id = %attempt.id, "payment created and confirmed");
+        let drive = self.drive_created(created, first).await;
         let view = self
-            .run_attempts(merchant_id, &payment_id, &first, drive, &route, options)
+            .run_attempts(merchant_id, &payment_id, &attempt, drive, &route, options)
             .await?;
         Ok(Some(view))
+    }
+
+    /// The connector of a fresh attempt and its first send made ready.
+    async fn first_send_of(
+        &self,
+        head: &sluice_store::AttemptHead,
+    ) -> Result<(Connector, Prepared), OrchestratorError> {
+        let connector = self.attempt_connector(&head.attempt).await?;
+        let prepared = self
+            .prepare_first_send(head, &connector, Trigger::Api)
+            .await?;
+        Ok((connector, prepared))
+    }
+
+    /// The first step of a payment just created, as [`Self::drive`] takes
+    /// it: the send its record committed with, or a shed call (nothing to
+    /// send; the scanner sends it), or else the step from the rows just
+    /// written, which records the send through the door (the create could
+    /// not carry it) or cancels a request that cannot leave.
+    async fn drive_created(
+        &self,
+        created: sluice_store::CreatedPayment,
+        first: Option<(Connector, Prepared)>,
+    ) -> bool {
+        let head = created.head;
+        let ready = match (created.sent, first) {
+            (Some(sent), Some((connector, Prepared::Ready(ready)))) => {
+                Some((sent, connector, ready))
+            }
+            (None, Some((_, Prepared::Shed(action)))) => {
+                tracing::info!(payment_id = %head.order.id, ?action, "first send shed");
+                return false;
+            }
+            // Anything else, its slot if one was taken given back first.
+            _ => None,
+        };
+        let Some((sent, connector, ready)) = ready else {
+            return self.drive_known(head).await;
+        };
+        let this = self.clone();
+        let attempt = &head.attempt;
+        let span = tracing::info_span!("advance", payment_id = %attempt.payment_id,
+            attempt_id = %attempt.id, adapter = %attempt.adapter, trigger = %Trigger::Api);
+        let own = OwnAggregate::Attempt {
+            reference: attempt.reference.clone(),
+            mode: attempt.capture_mode,
+        };
+        let step = async move {
+            let action = this
+                .send_first(&connector, &own, *ready, sent.after)
+                .await?;
+            tracing::info!(from = %AttemptState::Created, ?action, "advanced attempt");
+            Ok(action)
+        };
+        matches!(self.wait_for(step, span).await, Waited::StillRunning)
     }
 
     /// The payment's routing and the account of its first attempt.

@@ -42,6 +42,7 @@ mod create;
 mod error;
 mod exits;
 pub mod explain;
+mod first_send;
 pub mod fulfillment;
 pub mod inbox;
 mod keyrings;

@@ -32,7 +32,10 @@
 //! state that was current when it committed.
 
 pub(crate) mod batch;
+mod fresh;
 mod locate;
+pub use fresh::FirstSend;
+pub(crate) use fresh::FreshSent;
 use locate::OwnReference;
 mod operator;
 

@@ -153,7 +153,7 @@ const HISTORY_INSERT: &str = "INSERT INTO state_history (payment_id, aggregate_t
     provider_event_id, psp_reference, event_identity, amount_minor, currency, raw_status, \
     failure_code, decision, reason, adapter_name, adapter_version, adapter_digest, actor, \
     trace_id, inbox_id, recorded_at) VALUES ";
-const HISTORY_COLUMNS: usize = 25;
+pub(crate) const HISTORY_COLUMNS: usize = 25;
 
 /// At most this many rows in one statement (a decision writes up to three).
 pub(crate) const MAX_ROWS_PER_APPEND: usize = 8;

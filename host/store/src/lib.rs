@@ -49,8 +49,8 @@ pub use adapter_releases::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
-    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget, SentCall,
-    ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
+    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget, FirstSend,
+    SentCall, ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
 };
 pub use env::{AwaitPoint, AwaitPoints, Entropy, Env, OsEntropy, SeededEntropy};
 pub use error::StoreError;
@@ -66,8 +66,8 @@ pub use merchants::{
 };
 pub use outbox::OutboxMessage;
 pub use payments::{
-    AttemptHead, Capture, Fulfillment, NewAttempt, NewPayment, Page, PaymentAmounts,
-    PaymentAttempt, PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
+    AttemptHead, Capture, CreatedPayment, FreshPayment, Fulfillment, NewAttempt, NewPayment, Page,
+    PaymentAmounts, PaymentAttempt, PaymentDetails, PaymentOrder, PendingKind, Refund, ScanCursor,
 };
 pub use reconciliation::{
     DifferenceFilter, NewDifference, NewReconciliationRun, ReconciliationRun, Resolution, RunKey,

@@ -1,7 +1,8 @@
 //! Payment orders, their amounts, attempts, captures and refunds: the rows,
 //! their creation, and the read side the API and the orchestrator use.
 
-use crate::db::{int, json, opt_int, opt_text, parsed, text, Conn, Tx};
+use crate::db::{int, json, opt_int, opt_text, parsed, text, Conn};
+use crate::door::batch::Write;
 use crate::door::{Step, MAX_CAS_TRIES};
 use crate::history::{self, AnyQuery, NewHistory, Provenance};
 use crate::merchants::ConnectorCredentials;
@@ -13,6 +14,7 @@ use sluice_core::{
 };
 use sqlx::any::AnyRow;
 use sqlx::AnyConnection;
+use sqlx::Row;
 
 /// Seed 000's business fulfilment block: the long-lived goal, its deadline
 /// (not to be confused with `next_retry_time`, which is only scheduling).
@@ -879,27 +881,69 @@ fn created_row<'a>(order: &'a PaymentOrder, provenance: &'a Provenance) -> NewHi
     }
 }
 
-/// Insert a new order and its amounts; a used merchant order number is a
-/// conflict, an unknown merchant not found.
-/// A payment created with its first attempt, as that start leaves the order.
-/// The rows a create with its first attempt committed, as stored.
-fn created_with(
+/// A payment and its first attempt built by [`Store::fresh_payment`], not
+/// written yet.
+#[derive(Debug, Clone)]
+pub struct FreshPayment {
     order: PaymentOrder,
     amounts: PaymentAmounts,
-    first: PaymentAttempt,
-) -> AttemptHead {
-    tracing::info!(payment_id = %order.id, attempt_id = %first.id, adapter = %first.adapter,
-        "payment created with its first attempt");
-    let order = PaymentOrder {
-        state: OrderState::Processing,
-        version: 1,
-        updated_at: first.created_at,
-        ..order
-    };
-    AttemptHead {
-        order,
-        amounts,
-        attempt: first,
+    account: ConnectorCredentials,
+    new: NewAttempt,
+    attempt_id: String,
+    plain: Option<PlainStart>,
+}
+
+/// A fresh order's first attempt that starts plainly: the order's new state
+/// and the rule that moves it, and the attempt as inserted.
+#[derive(Debug, Clone)]
+struct PlainStart {
+    new_state: OrderState,
+    rule: &'static str,
+    attempt: PaymentAttempt,
+}
+
+impl FreshPayment {
+    /// The rows as the create leaves them when its start is plain, before
+    /// any record of a send: what a first send's request is built from.
+    pub fn head(&self) -> Option<AttemptHead> {
+        self.plain.as_ref().map(|plain| self.head_of(plain))
+    }
+
+    fn head_of(&self, plain: &PlainStart) -> AttemptHead {
+        AttemptHead {
+            order: PaymentOrder {
+                state: plain.new_state,
+                version: self.order.version + 1,
+                updated_at: plain.attempt.created_at,
+                ..self.order.clone()
+            },
+            amounts: self.amounts,
+            attempt: plain.attempt.clone(),
+        }
+    }
+}
+
+/// What a create with `confirm` committed.
+#[derive(Debug, Clone)]
+pub struct CreatedPayment {
+    /// The rows as stored: after the first send's record when it was written.
+    pub head: AttemptHead,
+    /// The record of the first send, when it was written with the create
+    /// (its [`crate::Applied::after`] is `head`).
+    pub sent: Option<crate::Applied>,
+}
+
+impl CreatedPayment {
+    fn logged(head: AttemptHead, sent: Option<crate::door::FreshSent>, ids: Vec<i64>) -> Self {
+        let (order, first) = (&head.order, &head.attempt);
+        tracing::info!(payment_id = %order.id, attempt_id = %first.id, adapter = %first.adapter,
+            sent = sent.is_some(), "payment created with its first attempt");
+        let sent = sent.map(|sent| crate::Applied {
+            history_ids: ids,
+            ..sent.applied
+        });
+        let head = (sent.as_ref().and_then(|s| s.after.clone())).unwrap_or(head);
+        CreatedPayment { head, sent }
     }
 }
 
@@ -956,120 +1000,48 @@ impl Store {
         Ok(order)
     }
 
-    /// Create a payment (`payment_id` from [`Store::mint_payment_id`]) and
-    /// start its first attempt in one transaction: a create with `confirm`.
-    /// The attempt is decided by the same rule as [`Store::create_attempt`]
-    /// from the order as inserted, so the two reads and the commit between the
-    /// two writes are saved. All or nothing: a used order number is a conflict
-    /// and nothing is written.
-    pub async fn create_payment_with_attempt(
+    /// A payment (`payment_id` from [`Store::mint_payment_id`]) and its
+    /// first attempt as a create with `confirm` will insert them, nothing
+    /// written yet: the order, its amounts and the attempt's id drawn, and,
+    /// when the start is plain (the merchant's own account, a start the rule
+    /// allows), the attempt with its reference, so that the caller can build
+    /// the first send's request and take its call slot before the create
+    /// commits ([`Store::create_payment_with_attempt`]).
+    pub async fn fresh_payment(
         &self,
         payment_id: &str,
         new: &NewPayment,
         attempt: &NewAttempt,
-        provenance: &Provenance,
-    ) -> Result<AttemptHead, StoreError> {
+    ) -> Result<FreshPayment, StoreError> {
         let account = self
             .connector_credentials_cached(&attempt.connector_account_id)
             .await?;
         let order = new_order(payment_id.to_owned(), new, self.now_ms())?;
         let amounts = new_amounts(&order);
-        let plain = self.create_plainly(&order, &amounts, attempt, &account, provenance);
-        let (mut tx, attempt_id) = match plain.await? {
-            Ok(first) => return Ok(created_with(order, amounts, first)),
-            Err(step_by_step) => step_by_step,
-        };
-        insert_new_order(&mut tx, &order).await?;
-        let basis = AttemptBasis {
-            order: &order,
-            amounts: &amounts,
-            latest: None,
-            attempt_id: Some(attempt_id),
-        };
-        let lead = created_row(&order, provenance);
-        let started = self
-            .start_attempt_on(&mut tx, basis, attempt, &account, provenance, Some(lead))
-            .await?;
-        // A fresh order, locked by this transaction: the rule applies and the
-        // version check holds; anything else rolls the creation back too.
-        let Step::Done(Ok(first)) = started else {
-            tx.rollback().await?;
-            return Err(StoreError::Conflict(format!(
-                "payment {payment_id}: its first attempt could not start with it"
-            )));
-        };
-        self.commit_write(tx).await?;
-        Ok(created_with(order, amounts, first))
+        let attempt_id = ids::attempt(&self.env);
+        let plain = self.plain_start(&order, &amounts, attempt, &attempt_id, &account)?;
+        Ok(FreshPayment {
+            order,
+            amounts,
+            account,
+            new: attempt.clone(),
+            attempt_id,
+            plain,
+        })
     }
 
-    /// [`Self::start_with_new_order`], committed: the first attempt. Else,
-    /// having written nothing, the write transaction the step-by-step path
-    /// takes and the attempt id drawn for it.
-    async fn create_plainly(
+    /// The start of a fresh order's first attempt when it is plain, decided
+    /// as [`Self::start_attempt_on`] decides it; `None` otherwise (another
+    /// merchant's account, a refusal), whose errors and evidence the
+    /// step-by-step path gives.
+    fn plain_start(
         &self,
         order: &PaymentOrder,
         amounts: &PaymentAmounts,
-        attempt: &NewAttempt,
+        new: &NewAttempt,
+        attempt_id: &str,
         account: &ConnectorCredentials,
-        provenance: &Provenance,
-    ) -> Result<Result<PaymentAttempt, (Tx, String)>, StoreError> {
-        match self.backend {
-            Backend::Postgres => {
-                // One statement outside a transaction when the start is plain.
-                let mut conn = self.begin_alone().await?;
-                // Drawn first on both backends, so that the simulator's seeds
-                // draw the same ids on both whether the insert succeeds or not.
-                let attempt_id = ids::attempt(&self.env);
-                let first = (attempt, attempt_id.clone());
-                let alone = self
-                    .start_with_new_order(&mut conn, order, amounts, first, account, provenance)
-                    .await?;
-                if let Some(first) = alone {
-                    self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
-                    return Ok(Ok(first));
-                }
-                // This write's await points before the `BEGIN` were reached.
-                Ok(Err((self.writer.begin().await?, attempt_id)))
-            }
-            Backend::Sqlite => {
-                let mut tx = self.begin_write().await?;
-                let attempt_id = ids::attempt(&self.env);
-                let first = (attempt, attempt_id.clone());
-                let plain = self
-                    .start_with_new_order(&mut tx, order, amounts, first, account, provenance)
-                    .await?;
-                match plain {
-                    Some(first) => {
-                        self.commit_write(tx).await?;
-                        Ok(Ok(first))
-                    }
-                    None => Ok(Err((tx, attempt_id))),
-                }
-            }
-        }
-    }
-
-    /// A fresh order and its first attempt in one round trip: the same
-    /// decision, instant, ids and rows as [`insert_new_order`] and
-    /// [`Self::start_attempt_on`], with the order inserted as that decision
-    /// leaves it instead of inserted and then moved (one round trip instead
-    /// of five; the database's CHECKs, foreign keys and unique indexes apply
-    /// as before). On PostgreSQL one statement run outside any transaction:
-    /// it commits all of its rows or, failing, none, without `BEGIN` and
-    /// `COMMIT` round trips. On SQLite a script of the four inserts in the
-    /// caller's write transaction. `None`, having written nothing, when the
-    /// start is not plain (another merchant's account, a refusal): the caller
-    /// then takes the step-by-step path in a transaction, whose errors and
-    /// evidence are the ones to give.
-    async fn start_with_new_order(
-        &self,
-        tx: &mut Conn,
-        order: &PaymentOrder,
-        amounts: &PaymentAmounts,
-        (new, attempt_id): (&NewAttempt, String),
-        account: &ConnectorCredentials,
-        provenance: &Provenance,
-    ) -> Result<Option<PaymentAttempt>, StoreError> {
+    ) -> Result<Option<PlainStart>, StoreError> {
         if account.merchant_id != order.merchant_id {
             return Ok(None);
         }
@@ -1081,45 +1053,168 @@ impl Store {
             return Ok(None);
         };
         let now = self.now_ms();
-        let attempt = new_attempt(order, account, new, 1, attempt_id, self.at(now));
-        let reason = created_reason(new);
-        let started = Started {
-            order,
-            attempt: &attempt,
+        let attempt = new_attempt(order, account, new, 1, attempt_id.to_owned(), self.at(now));
+        Ok(Some(PlainStart {
             new_state,
             rule,
+            attempt,
+        }))
+    }
+
+    /// Create a `fresh` payment and start its first attempt in one
+    /// transaction: a create with `confirm`. The attempt is decided by the
+    /// same rule as [`Store::create_attempt`], so the two reads and the
+    /// commit between the two writes are saved. With `first`, and when the
+    /// start is plain, the record of the attempt's first send is decided on
+    /// the rows being inserted and written in the same commit (`door::fresh`):
+    /// [`CreatedPayment::sent`] says whether it was. All or nothing: a used
+    /// order number is a conflict and nothing is written.
+    pub async fn create_payment_with_attempt(
+        &self,
+        fresh: &FreshPayment,
+        provenance: &Provenance,
+        first: Option<&crate::FirstSend>,
+    ) -> Result<CreatedPayment, StoreError> {
+        if let Some(plain) = &fresh.plain {
+            let head = fresh.head_of(plain);
+            let sent = match first {
+                Some(first) => self.first_send_on(&head, first, self.now_ms())?,
+                None => None,
+            };
+            let history_ids = self
+                .create_plainly(fresh, plain, sent.as_ref(), provenance)
+                .await?;
+            return Ok(CreatedPayment::logged(head, sent, history_ids));
+        }
+        let mut tx = self.begin_write().await?;
+        let order = &fresh.order;
+        insert_new_order(&mut tx, order).await?;
+        let basis = AttemptBasis {
+            order,
+            amounts: &fresh.amounts,
+            latest: None,
+            attempt_id: Some(fresh.attempt_id.clone()),
+        };
+        let lead = created_row(order, provenance);
+        let (new, account) = (&fresh.new, &fresh.account);
+        let started = self
+            .start_attempt_on(&mut tx, basis, new, account, provenance, Some(lead))
+            .await?;
+        // A fresh order, locked by this transaction: the rule applies and the
+        // version check holds; anything else rolls the creation back too.
+        let Step::Done(Ok(first)) = started else {
+            tx.rollback().await?;
+            return Err(StoreError::Conflict(format!(
+                "payment {}: its first attempt could not start with it",
+                order.id
+            )));
+        };
+        self.commit_write(tx).await?;
+        let head = AttemptHead {
+            order: PaymentOrder {
+                state: OrderState::Processing,
+                version: order.version + 1,
+                updated_at: first.created_at,
+                ..order.clone()
+            },
+            amounts: fresh.amounts,
+            attempt: first,
+        };
+        Ok(CreatedPayment::logged(head, None, Vec::new()))
+    }
+
+    /// [`Self::insert_plainly`], committed; the ids of the first send's
+    /// history rows when `sent` was written with it.
+    async fn create_plainly(
+        &self,
+        fresh: &FreshPayment,
+        plain: &PlainStart,
+        sent: Option<&crate::door::FreshSent>,
+        provenance: &Provenance,
+    ) -> Result<Vec<i64>, StoreError> {
+        match self.backend {
+            Backend::Postgres => {
+                // One statement outside a transaction.
+                let mut conn = self.begin_alone().await?;
+                let ids = self
+                    .insert_plainly(&mut conn, fresh, plain, sent, provenance)
+                    .await?;
+                self.env.reached(crate::env::AwaitPoint::AfterCommit).await;
+                Ok(ids)
+            }
+            Backend::Sqlite => {
+                let mut tx = self.begin_write().await?;
+                let ids = self
+                    .insert_plainly(&mut tx, fresh, plain, sent, provenance)
+                    .await?;
+                self.commit_write(tx).await?;
+                Ok(ids)
+            }
+        }
+    }
+
+    /// A fresh order and its first attempt in one round trip: the same
+    /// decision, instant, ids and rows as [`insert_new_order`] and
+    /// [`Self::start_attempt_on`], with the order inserted as that decision
+    /// leaves it instead of inserted and then moved (one round trip instead
+    /// of five; the database's CHECKs, foreign keys and unique indexes apply
+    /// as before), and with `sent`, the record of the first send, as its
+    /// rows are after it, its history and outbox writes appended. On
+    /// PostgreSQL one statement run outside any transaction: it commits all
+    /// of its rows or, failing, none, without `BEGIN` and `COMMIT` round
+    /// trips. On SQLite a script of the inserts in the caller's write
+    /// transaction. Returns the ids of `sent`'s history rows.
+    async fn insert_plainly(
+        &self,
+        tx: &mut Conn,
+        fresh: &FreshPayment,
+        plain: &PlainStart,
+        sent: Option<&crate::door::FreshSent>,
+        provenance: &Provenance,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (order, attempt) = (&fresh.order, &plain.attempt);
+        let reason = created_reason(&fresh.new);
+        let started = Started {
+            order,
+            attempt,
+            new_state: plain.new_state,
+            rule: plain.rule,
             reason: &reason,
         };
         let rows: Vec<NewHistory<'_>> = std::iter::once(created_row(order, provenance))
             .chain(started.history(provenance))
             .collect();
-        let moved = PaymentOrder {
-            state: new_state,
-            version: order.version + 1,
-            ..order.clone()
+        let head = fresh.head_of(plain);
+        let (moved, attempt) = match sent {
+            Some(sent) => (&sent.after.order, &sent.after.attempt),
+            None => (&head.order, attempt),
         };
-        let attempt_sql = insert_attempt_sql(ORDER_PARAMS);
-        let history_sql = history::append_sql(rows.len(), ORDER_PARAMS + ATTEMPT_PARAMS);
-        let sql = match self.backend {
-            Backend::Postgres => format!(
-                "WITH o AS ({INSERT_ORDER}), m AS ({INSERT_AMOUNTS}), a AS ({attempt_sql}), \
-                 h AS ({history_sql}) SELECT 1"
-            ),
-            // The same statements as a script, one round trip to the write
-            // connection's worker, in the caller's transaction (`batch.rs`).
-            Backend::Sqlite => {
-                format!("{INSERT_ORDER};\n{INSERT_AMOUNTS};\n{attempt_sql};\n{history_sql}")
-            }
-        };
-        let mut query = bind_attempt(bind_order(sqlx::query(&sql), &moved, now), &attempt);
+        let sent_rows = sent.map_or(0, |sent| sent.history_rows);
+        let outbox = sent.map_or(&[][..], |sent| &sent.outbox[..]);
+        let sql = plain_sql(self.backend, rows.len() + sent_rows, outbox);
+        let query = bind_attempt(
+            bind_order(sqlx::query(&sql), moved, moved.updated_at),
+            attempt,
+        );
+        let mut query = query;
         for row in &rows {
-            query = history::bind_row(query, row, now);
+            query = history::bind_row(query, row, attempt.created_at);
         }
-        query
-            .execute(&mut *tx)
+        let binds = (sent.into_iter())
+            .flat_map(|sent| std::iter::once(&sent.history).chain(&sent.outbox))
+            .flat_map(|write| write.binds.iter().cloned());
+        let found = crate::door::batch::bind_all(query, binds)
+            .fetch_all(&mut *tx)
             .await
             .map_err(|e| order_insert_error(order, e.into()))?;
-        Ok(Some(attempt))
+        let mut ids = found
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Drawn in the order of the insert's rows, so sorted they are that
+        // order: the record's are the last.
+        ids.sort_unstable();
+        Ok(ids.split_off(ids.len().saturating_sub(sent_rows)))
     }
 
     /// Start a new attempt on a payment. Allowed only when the order is open
@@ -1895,7 +1990,7 @@ async fn insert_order(tx: &mut Conn, order: &PaymentOrder) -> Result<(), StoreEr
 /// An attempt's `INSERT`, its parameters numbered after the first `offset`.
 fn insert_attempt_sql(offset: usize) -> String {
     let values: Vec<String> = [
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 14, 15, 16, 16, 17,
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 14, 15, 16, 18, 17, 19, 20, 21, 22,
     ]
     .iter()
     .map(|&p| match p {
@@ -1906,16 +2001,22 @@ fn insert_attempt_sql(offset: usize) -> String {
     format!(
         "INSERT INTO payment_attempts (id, payment_id, attempt_no, reference, adapter, \
             connector_account_id, amount_minor, currency, capture_mode, payment_method_token, \
-            state, version, next_retry_time, retry_count, timeout_at, expires_at, created_at, updated_at, \
-            payment_method_type) VALUES ({})",
+            state, version, next_retry_time, retry_count, timeout_at, expires_at, created_at, \
+            updated_at, payment_method_type, last_psp_call_at, last_event_identity, \
+            adapter_version, adapter_digest) VALUES ({})",
         values.join(", ")
     )
 }
 
 /// Parameters of an attempt's insert ([`bind_attempt`] binds them in order).
-const ATTEMPT_PARAMS: usize = 17;
+const ATTEMPT_PARAMS: usize = 22;
 
+/// Binds an attempt's insert: the row as it is, a first send's record
+/// (`door::fresh`) included.
 fn bind_attempt<'q>(query: AnyQuery<'q>, a: &'q PaymentAttempt) -> AnyQuery<'q> {
+    // The text the door writes for the same identity (`door::identity_json`).
+    let last_event = (a.last_event.as_ref()).and_then(|e| serde_json::to_string(e).ok());
+    let pin = a.adapter_pin.as_ref();
     query
         .bind(&a.id)
         .bind(&a.payment_id)
@@ -1934,6 +2035,41 @@ fn bind_attempt<'q>(query: AnyQuery<'q>, a: &'q PaymentAttempt) -> AnyQuery<'q> 
         .bind(a.expires_at)
         .bind(a.created_at)
         .bind(a.payment_method_type.as_deref())
+        .bind(a.updated_at)
+        .bind(a.last_psp_call_at)
+        .bind(last_event)
+        .bind(pin.map(|p| p.version.as_str()))
+        .bind(pin.map(|p| p.digest.as_str()))
+}
+
+/// The statement of [`Store::insert_plainly`]: the order, its amounts, the
+/// attempt, `history_rows` history rows in one insert that returns their
+/// ids, then the `outbox` writes of a first send's record.
+fn plain_sql(backend: Backend, history_rows: usize, outbox: &[Write]) -> String {
+    let attempt_sql = insert_attempt_sql(ORDER_PARAMS);
+    let history_sql = history::append_sql(history_rows, ORDER_PARAMS + ATTEMPT_PARAMS);
+    let mut offset = ORDER_PARAMS + ATTEMPT_PARAMS + history_rows * history::HISTORY_COLUMNS;
+    let mut writes = vec![
+        INSERT_ORDER.to_owned(),
+        INSERT_AMOUNTS.to_owned(),
+        attempt_sql,
+        format!("{history_sql} RETURNING id"),
+    ];
+    for write in outbox {
+        writes.push(crate::door::batch::renumber(&write.sql, offset));
+        offset += write.binds.len();
+    }
+    match backend {
+        Backend::Postgres => {
+            let ctes: Vec<String> = (writes.iter().enumerate())
+                .map(|(i, sql)| format!("w{i} AS ({sql})"))
+                .collect();
+            format!("WITH {} SELECT id FROM w3", ctes.join(", "))
+        }
+        // The same statements as a script, one round trip to the write
+        // connection's worker, in the caller's transaction (`batch.rs`).
+        Backend::Sqlite => writes.join(";\n"),
+    }
 }
 
 async fn insert_attempt(tx: &mut Conn, a: &PaymentAttempt) -> Result<(), StoreError> {

@@ -409,7 +409,7 @@ pub(crate) fn bind_all<'q>(
 
 /// `sql` with every parameter `$n` made `$(n + offset)`. The store's SQL has
 /// no `$` but its parameters (no dollar quoting, no `$` in literals).
-fn renumber(sql: &str, offset: usize) -> String {
+pub(crate) fn renumber(sql: &str, offset: usize) -> String {
     if offset == 0 {
         return sql.to_owned();
     }

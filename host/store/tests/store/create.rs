@@ -3,7 +3,10 @@
 
 use crate::common::*;
 use sluice_core::{AttemptState, CaptureMode, EventKind, EvidenceSource, OrderState};
-use sluice_store::{AttemptHead, DecisionKind, NewAttempt, SentCall, Store, StoreError};
+use sluice_store::{
+    AdapterPin, ApplyEvent, AttemptHead, CreatedPayment, DecisionKind, FirstSend, NewAttempt,
+    NewPayment, SentCall, Store, StoreError,
+};
 use sluice_test_support::door::{declined, event, new_payment, on_attempt};
 
 fn first_attempt(payment_id: &str, account_id: &str) -> NewAttempt {
@@ -15,6 +18,22 @@ fn first_attempt(payment_id: &str, account_id: &str) -> NewAttempt {
         route_reason: Some("the merchant's only active account".into()),
         ..NewAttempt::default()
     }
+}
+
+/// A create with `confirm` without a first send's record: the payment and
+/// its first attempt as committed.
+async fn create_with_attempt(
+    store: &Store,
+    id: &str,
+    new: &NewPayment,
+    attempt: &NewAttempt,
+) -> Result<AttemptHead, StoreError> {
+    let fresh = store.fresh_payment(id, new, attempt).await?;
+    let created = store
+        .create_payment_with_attempt(&fresh, &sys(), None)
+        .await?;
+    assert!(created.sent.is_none());
+    Ok(created.head)
 }
 
 /// What a payment's history says, without ids and times.
@@ -74,8 +93,7 @@ dual_test! {
         // One transaction.
         let id = store.mint_payment_id();
         let new = new_payment(&fx.merchant.id, "ONE-1", 500, CaptureMode::Automatic);
-        let head = store
-            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+        let head = create_with_attempt(store, &id, &new, &first_attempt(&id, &fx.account.id))
             .await
             .unwrap();
         assert_eq!(store.get_attempt_head(&head.attempt.id).await.unwrap(), head,
@@ -111,7 +129,7 @@ dual_test! {
             let store = store.clone();
             let new = new_payment(&fx.merchant.id, "RACE-1", 500, CaptureMode::Automatic);
             let attempt = first_attempt(&id, &fx.account.id);
-            async move { store.create_payment_with_attempt(&id, &new, &attempt, &sys()).await }
+            async move { create_with_attempt(&store, &id, &new, &attempt).await }
         };
         let (a, b) = tokio::join!(create(store.mint_payment_id()), create(store.mint_payment_id()));
         let results = [&a, &b];
@@ -129,8 +147,7 @@ dual_test! {
         let fx = Fixture::new(store, "Acme").await;
         let id = store.mint_payment_id();
         let new = new_payment("mer_nobody", "GHOST-1", 500, CaptureMode::Automatic);
-        let refused = store
-            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+        let refused = create_with_attempt(store, &id, &new, &first_attempt(&id, &fx.account.id))
             .await;
         assert!(matches!(refused, Err(StoreError::NotFound { .. })), "{refused:?}");
         assert_eq!(rows_of(store, &fx.merchant.id).await, (0, 0));
@@ -147,8 +164,7 @@ dual_test! {
 
         let id = store.mint_payment_id();
         let new = new_payment(&fx.merchant.id, "USED-1", 500, CaptureMode::Automatic);
-        let again = store
-            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+        let again = create_with_attempt(store, &id, &new, &first_attempt(&id, &fx.account.id))
             .await;
 
         assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
@@ -165,8 +181,7 @@ dual_test! {
 
         let id = store.mint_payment_id();
         let new = new_payment(&attacker.merchant.id, "STEAL-1", 500, CaptureMode::Automatic);
-        let refused = store
-            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &victim.account.id), &sys())
+        let refused = create_with_attempt(store, &id, &new, &first_attempt(&id, &victim.account.id))
             .await;
 
         assert!(matches!(refused, Err(StoreError::NotFound { .. })), "{refused:?}");
@@ -181,8 +196,7 @@ dual_test! {
         let fx = Fixture::new(store, "Acme").await;
         let id = store.mint_payment_id();
         let new = new_payment(&fx.merchant.id, "ZERO-1", 0, CaptureMode::Automatic);
-        let refused = store
-            .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+        let refused = create_with_attempt(store, &id, &new, &first_attempt(&id, &fx.account.id))
             .await;
         assert!(matches!(refused, Err(StoreError::Unapplicable(_))), "{refused:?}");
         assert_eq!(rows_of(store, &fx.merchant.id).await, (0, 0));
@@ -198,8 +212,7 @@ async fn created(store: &Store, fx: &Fixture, merchant_order_no: &str) -> Attemp
         500,
         CaptureMode::Automatic,
     );
-    store
-        .create_payment_with_attempt(&id, &new, &first_attempt(&id, &fx.account.id), &sys())
+    create_with_attempt(store, &id, &new, &first_attempt(&id, &fx.account.id))
         .await
         .unwrap()
 }
@@ -344,5 +357,158 @@ dual_test! {
         let stored = store.get_attempt_head(&head.attempt.id).await.unwrap();
         assert_eq!(stored.attempt.state, AttemptState::Processing);
         assert_eq!(stored.order.version, recorded.payment_version + 1, "nothing written from the stale rows");
+    }
+}
+
+/// The record of a fresh attempt's first send, as the orchestrator makes it.
+fn first_send(head: &AttemptHead, pin: &AdapterPin, next_look: i64) -> FirstSend {
+    let submitted = event(EventKind::AttemptSubmitted, EvidenceSource::SyncResponse);
+    FirstSend {
+        input: ApplyEvent {
+            next_retry_time: Some(next_look),
+            ..on_attempt(&head.attempt, submitted)
+        },
+        sent: SentCall {
+            pin: Some(pin.clone()),
+            known: None,
+        },
+    }
+}
+
+/// A create with `confirm` whose first send is recorded with it, through
+/// `record`, which gets the rows the create is about to insert.
+async fn create_sent(
+    store: &Store,
+    new: &NewPayment,
+    attempt: impl FnOnce(&str) -> NewAttempt,
+    record: impl FnOnce(&AttemptHead) -> FirstSend,
+) -> Result<CreatedPayment, StoreError> {
+    let id = store.mint_payment_id();
+    let fresh = store.fresh_payment(&id, new, &attempt(&id)).await?;
+    let head = fresh.head().expect("a plain start");
+    let first = record(&head);
+    store
+        .create_payment_with_attempt(&fresh, &sys(), Some(&first))
+        .await
+}
+
+/// An attempt's row without what names it, for comparing two payments.
+fn unnamed(head: &AttemptHead) -> (sluice_store::PaymentAttempt, sluice_store::PaymentOrder) {
+    let attempt = sluice_store::PaymentAttempt {
+        id: String::new(),
+        payment_id: String::new(),
+        reference: String::new(),
+        ..head.attempt.clone()
+    };
+    let order = sluice_store::PaymentOrder {
+        id: String::new(),
+        merchant_order_no: String::new(),
+        ..head.order.clone()
+    };
+    (attempt, order)
+}
+
+dual_test! {
+    async fn a_payment_created_with_its_first_send_recorded_has_the_rows_history_and_events_of_the_record_made_after_it(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let pin = AdapterPin { version: "1.2.0".into(), digest: "sha256:ccc".into() };
+        // Apart: the create, then the record through the door, at one instant.
+        let apart = created(store, &fx, "APART-1").await;
+        let record = first_send(&apart, &pin, 31_000);
+        let recorded = store.apply_sent(&record.input, &record.sent).await.unwrap();
+        assert_eq!(recorded.decision, DecisionKind::Applied);
+        let apart_rows = store.get_attempt_head(&apart.attempt.id).await.unwrap();
+
+        let new = new_payment(&fx.merchant.id, "WITH-1", 500, CaptureMode::Automatic);
+        let created = create_sent(store, &new, |id| first_attempt(id, &fx.account.id),
+            |head| first_send(head, &pin, 31_000)).await.unwrap();
+
+        let sent = created.sent.clone().expect("the record went with the create");
+        let stored = store.get_attempt_head(&created.head.attempt.id).await.unwrap();
+        assert_eq!(created.head, stored, "the rows returned are the rows stored");
+        assert_eq!(sent.after.as_ref(), Some(&stored), "the record's rows are the stored ones");
+        assert_eq!(stored.attempt.state, AttemptState::Submitted);
+        assert_eq!(stored.attempt.adapter_pin.as_ref(), Some(&pin));
+        assert_eq!(stored.attempt.last_psp_call_at, Some(stored.attempt.created_at));
+        assert_eq!(unnamed(&stored), unnamed(&apart_rows), "the same rows as the two steps leave");
+        assert_eq!(stored.amounts, apart_rows.amounts);
+        assert_eq!(story(store, &stored.order.id).await, story(store, &apart.order.id).await);
+        let (ours, theirs) = (&sent, &recorded);
+        assert_eq!(
+            (ours.from_state.as_str(), ours.to_state.as_str(), ours.aggregate_version, ours.payment_version, ours.order_state),
+            (theirs.from_state.as_str(), theirs.to_state.as_str(), theirs.aggregate_version, theirs.payment_version, theirs.order_state)
+        );
+        let timeline = store.timeline(&stored.order.id).await.unwrap();
+        let record_rows: Vec<i64> = timeline.iter().filter(|h| h.to_state == "SUBMITTED").map(|h| h.id).collect();
+        assert_eq!(sent.history_ids, record_rows, "the record's history ids are its rows'");
+        let events = |payment: String| async move {
+            count(store, "SELECT COUNT(*) FROM outbox WHERE partition_key = $1", &payment).await
+        };
+        assert_eq!(events(stored.order.id.clone()).await, events(apart.order.id.clone()).await);
+        assert_eq!(sent.outbox_event_ids.len() as i64, events(stored.order.id.clone()).await);
+    }
+}
+
+dual_test! {
+    async fn a_first_send_naming_another_payments_attempt_is_not_written_with_the_create_and_moves_nothing(&db) {
+        let store = &db.store;
+        let victim = Fixture::new(store, "Victim").await;
+        let attacker = Fixture::new(store, "Attacker").await;
+        let theirs = created(store, &victim, "THEIRS-1").await;
+        let pin = AdapterPin { version: "1.2.0".into(), digest: "sha256:ccc".into() };
+
+        let new = new_payment(&attacker.merchant.id, "MINE-1", 500, CaptureMode::Automatic);
+        let created = create_sent(store, &new, |id| first_attempt(id, &attacker.account.id),
+            |_| first_send(&theirs, &pin, 31_000)).await.unwrap();
+
+        assert!(created.sent.is_none(), "a record names the fresh attempt or is not written: {:?}", created.sent);
+        assert_eq!(created.head.attempt.state, AttemptState::Created);
+        let stored = store.get_attempt_head(&created.head.attempt.id).await.unwrap();
+        assert_eq!(created.head, stored);
+        assert_eq!(store.get_attempt_head(&theirs.attempt.id).await.unwrap(), theirs,
+            "the other merchant's payment did not move");
+        assert_eq!(story(store, &theirs.order.id).await.len(), 3);
+    }
+}
+
+dual_test! {
+    async fn a_first_send_of_a_payment_whose_fulfillment_follows_it_is_recorded_through_the_door_instead(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        let pin = AdapterPin { version: "1.2.0".into(), digest: "sha256:ccc".into() };
+        let mut new = new_payment(&fx.merchant.id, "FULFIL-1", 500, CaptureMode::Automatic);
+        new.fulfillment.mode = Some("push".into());
+        new.fulfillment.biz_key = Some("order-FULFIL-1".into());
+        new.fulfillment.deadline = Some(86_400_000);
+
+        let created = create_sent(store, &new, |id| first_attempt(id, &fx.account.id),
+            |head| first_send(head, &pin, 31_000)).await.unwrap();
+
+        assert!(created.sent.is_none(), "its fulfillment moves in the same commit: the door's");
+        assert_eq!(created.head.attempt.state, AttemptState::Created);
+        let record = first_send(&created.head, &pin, 31_000);
+        let sent = SentCall { known: Some(created.head.clone()), ..record.sent.clone() };
+        let recorded = store.apply_sent(&record.input, &sent).await.unwrap();
+        assert_eq!((recorded.decision, recorded.tries), (DecisionKind::Applied, 1), "{recorded:?}");
+    }
+}
+
+dual_test! {
+    async fn a_used_order_number_writes_neither_the_payment_nor_its_first_sends_record(&db) {
+        let store = &db.store;
+        let fx = Fixture::new(store, "Acme").await;
+        fx.payment(store, "USED-2", 500, CaptureMode::Automatic).await;
+        let before = rows_of(store, &fx.merchant.id).await;
+        let pin = AdapterPin { version: "1.2.0".into(), digest: "sha256:ccc".into() };
+
+        let new = new_payment(&fx.merchant.id, "USED-2", 500, CaptureMode::Automatic);
+        let again = create_sent(store, &new, |id| first_attempt(id, &fx.account.id),
+            |head| first_send(head, &pin, 31_000)).await;
+
+        assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+        assert_eq!(rows_of(store, &fx.merchant.id).await, before);
+        let records = count(store, "SELECT COUNT(*) FROM state_history WHERE to_state = $1", "SUBMITTED").await;
+        assert_eq!(records, 0);
     }
 }
