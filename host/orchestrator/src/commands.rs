@@ -177,7 +177,14 @@ impl Orchestrator {
             .fresh_payment(&payment_id, new, &attempt)
             .await?;
         let first = match fresh.head() {
-            Some(head) => Some(self.first_send_of(&head).await?),
+            // A failure here (the adapter's, the runtime's) leaves the record
+            // to the step after the create, which meets it as before: the
+            // payment is created and recovery carries on.
+            Some(head) => (self.first_send_of(&head).await)
+                .inspect_err(
+                    |e| tracing::warn!(payment_id, error = %e, "first send not made ready"),
+                )
+                .ok(),
             None => None,
         };
         let record = match &first {
