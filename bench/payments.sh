@@ -13,7 +13,7 @@
 #   most often, and the same-run pgbench baseline (single-row INSERT, 8 clients).
 #
 # Knobs: BENCH_BACKEND (postgres | sqlite), BENCH_SECONDS (15),
-# BENCH_CONNECTIONS (16), BENCH_INGEST_CONNECTIONS (32), SLUICE_BIN, SLUICE_BENCH_ADAPTERS, SLUICE_BENCH_CONFIG,
+# BENCH_CONNECTIONS (16), BENCH_INGEST_CONNECTIONS (32), BENCH_HALF_RATE (half of the run's), SLUICE_BIN, SLUICE_BENCH_ADAPTERS, SLUICE_BENCH_CONFIG,
 # BENCH_PERF_INGEST (a file: perf profile of the gateway during webhook ingest),
 # BENCH_PG (postgres://postgres@127.0.0.1:5432, trust auth).
 # Statement counts need pg_stat_statements in shared_preload_libraries; without
@@ -167,7 +167,8 @@ fi
 # is always free. Goal 2 is the gateway's share: each answer's latency as wrk
 # saw it minus the time the gateway waited for the sandbox PSP in that request
 # (its Server-Timing header), paired by order number (pay.lua, BENCH_SHARE).
-HALF_RATE="$(python3 -c "print(max(1, int(float('$RPS') / 2)))")"
+# BENCH_HALF_RATE fixes it instead, to compare two builds at one load.
+HALF_RATE="${BENCH_HALF_RATE:-$(python3 -c "print(max(1, int(float('$RPS') / 2)))")}"
 HALF_SECONDS=10
 # The run at full rate leaves the gateway applying its duplicate webhooks and
 # publishing its events for a while after the last payment settled; latency
