@@ -114,6 +114,7 @@ if [ "$BACKEND" = postgres ]; then
     COMMITS_BEFORE="$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")"
     # WAL flushes are the server's, not the database's: nothing else should run meanwhile.
     FLUSHES_BEFORE="$(sql "SELECT wal_sync FROM pg_stat_wal")"
+    WAL_BEFORE="$(sql "SELECT wal_bytes || ' ' || wal_fpi FROM pg_stat_wal")"
 fi
 
 # Decisions the door took again after a lost compare-and-set (each a try's
@@ -153,10 +154,17 @@ if [ "$BACKEND" = postgres ]; then
     FLUSHES="$(( $(sql "SELECT wal_sync FROM pg_stat_wal") - FLUSHES_BEFORE ))"
     FLUSHES_PER="$(python3 -c "print(f'{$FLUSHES / max($SUCCEEDED, 1):.2f}')")"
     echo "   per payment: $FLUSHES_PER WAL flushes (one flush serves every commit waiting for it)"
+    read -r WAL_BYTES_BEFORE WAL_FPI_BEFORE <<<"$WAL_BEFORE"
+    read -r WAL_BYTES_AFTER WAL_FPI_AFTER <<<"$(sql "SELECT wal_bytes || ' ' || wal_fpi FROM pg_stat_wal")"
+    WAL_KB_PER="$(python3 -c "print(f'{($WAL_BYTES_AFTER - $WAL_BYTES_BEFORE) / 1024 / max($SUCCEEDED, 1):.1f}')")"
+    FPI_PER="$(python3 -c "print(f'{($WAL_FPI_AFTER - $WAL_FPI_BEFORE) / max($SUCCEEDED, 1):.2f}')")"
+    echo "   per payment: $WAL_KB_PER KiB of WAL, $FPI_PER full-page images"
     if [ "$STATEMENTS" = yes ]; then
         STATEMENTS_PER="$(sql "SELECT round(sum(calls)::numeric / GREATEST($SUCCEEDED, 1), 1) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
         echo "   per payment: $COMMITS_PER commits, $STATEMENTS_PER statements; the most frequent:"
         sql "SELECT round(calls::numeric / GREATEST($SUCCEEDED, 1), 2) || ' x ' || round(mean_exec_time::numeric, 3) || ' ms  ' || left(regexp_replace(query, '\s+', ' ', 'g'), 110) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 25" | sed 's/^/     /'
+        echo "   WAL a payment by statement (bytes, full-page images):"
+        sql "SELECT round(wal_bytes::numeric / GREATEST($SUCCEEDED, 1)) || ' B, ' || round(wal_fpi::numeric / GREATEST($SUCCEEDED, 1), 2) || ' fpi  ' || left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY wal_bytes DESC LIMIT 8" | sed 's/^/     /'
     else
         echo "   per payment: $COMMITS_PER commits (statement counts need pg_stat_statements in shared_preload_libraries)"
     fi

@@ -24,8 +24,8 @@ use sluice_core::{
     PaymentEvent, RefundState,
 };
 use sluice_store::{
-    ApplyEvent, AttemptHead, Capture, DecisionKind, EventTarget, PaymentAttempt, PaymentOrder,
-    PendingKind, Provenance, Refund, SentCall,
+    Applied, ApplyEvent, AttemptHead, Capture, DecisionKind, EventTarget, PaymentAttempt,
+    PaymentOrder, PendingKind, Provenance, Refund, SentCall,
 };
 
 use crate::call::{self, Connector, NotSent};
@@ -245,8 +245,8 @@ impl Orchestrator {
             });
         }
         // The answer is decided from the rows the record left.
-        self.send_first(connector, own, *ready, recorded.after)
-            .await
+        let answered = self.send_first(connector, own, *ready, recorded.after);
+        Ok(answered.await?.action)
     }
 
     /// A first send whose request cannot leave the host: the attempt ends
@@ -674,10 +674,26 @@ impl Orchestrator {
         &self,
         connector: &Connector,
         own: &OwnAggregate,
-        (spec, request, provenance): Call<'_>,
+        call: Call<'_>,
         slot: crate::call_slots::CallSlot,
         known: Option<AttemptHead>,
     ) -> Result<(Action, Learned), OrchestratorError> {
+        let (action, learned, _) = self
+            .send_deciding(connector, own, call, slot, known)
+            .await?;
+        Ok((action, learned))
+    }
+
+    /// [`Self::send_learning`], also with the door's decisions about the
+    /// answer, in the order they were taken.
+    pub(crate) async fn send_deciding(
+        &self,
+        connector: &Connector,
+        own: &OwnAggregate,
+        (spec, request, provenance): Call<'_>,
+        slot: crate::call_slots::CallSlot,
+        known: Option<AttemptHead>,
+    ) -> Result<(Action, Learned, Vec<Applied>), OrchestratorError> {
         let outcome = self.perform(connector, spec, request, slot).await;
         let learned = Learned::from(&outcome);
         let unknown = outcome.unknown_code().map(str::to_owned);
@@ -689,7 +705,7 @@ impl Orchestrator {
             unknown,
             decisions: DecisionTally::of(&applied),
         };
-        Ok((action, learned))
+        Ok((action, learned, applied))
     }
 
     pub(crate) async fn query(

@@ -20,7 +20,7 @@ use sluice_store::{
     Capture, CaptureRequest, NewAttempt, PaymentDetails, Provenance, Refund, RefundRequest,
 };
 
-use crate::advance::{attempt_spec, Action};
+use crate::advance::attempt_spec;
 use crate::call::{self, Connector};
 use crate::config::millis;
 use crate::convert::Operation;
@@ -104,7 +104,26 @@ pub(crate) struct FirstRoute {
 /// What a background step reported back within the wait budget.
 enum Waited<T> {
     Done(T),
+    /// It ended with an error (logged); recovery carries on.
+    Failed,
     StillRunning,
+}
+
+/// How the first attempt's step went for the request waiting on it: still
+/// running, or done, with the payment as its decisions left it when they are
+/// known to be its whole state (`first_send::Answered::payment`).
+struct Driven {
+    in_progress: bool,
+    known: Option<PaymentDetails>,
+}
+
+impl Driven {
+    fn running(in_progress: bool) -> Driven {
+        Driven {
+            in_progress,
+            known: None,
+        }
+    }
 }
 
 impl Orchestrator {
@@ -146,7 +165,7 @@ impl Orchestrator {
             .store()
             .create_attempt(&new, &Self::merchant_actor(merchant_id))
             .await?;
-        let drive = self.drive(Target::Attempt(first.id.clone())).await;
+        let drive = Driven::running(self.drive(Target::Attempt(first.id.clone())).await);
         self.run_attempts(merchant_id, &order.id, &first, drive, &route, options)
             .await
     }
@@ -231,7 +250,7 @@ impl Orchestrator {
         &self,
         created: sluice_store::CreatedPayment,
         first: Option<(Connector, Prepared)>,
-    ) -> bool {
+    ) -> Driven {
         let head = created.head;
         let ready = match (created.sent, first) {
             (Some(sent), Some((connector, Prepared::Ready(ready)))) => {
@@ -239,13 +258,13 @@ impl Orchestrator {
             }
             (None, Some((_, Prepared::Shed(action)))) => {
                 tracing::info!(payment_id = %head.order.id, ?action, "first send shed");
-                return false;
+                return Driven::running(false);
             }
             // Anything else, its slot if one was taken given back first.
             _ => None,
         };
         let Some((sent, connector, ready)) = ready else {
-            return self.drive_known(head).await;
+            return Driven::running(self.drive_known(head).await);
         };
         let this = self.clone();
         let attempt = &head.attempt;
@@ -256,13 +275,21 @@ impl Orchestrator {
             mode: attempt.capture_mode,
         };
         let step = async move {
-            let action = this
+            let answered = this
                 .send_first(&connector, &own, *ready, sent.after)
                 .await?;
+            let action = &answered.action;
             tracing::info!(from = %AttemptState::Created, ?action, "advanced attempt");
-            Ok(action)
+            Ok(answered)
         };
-        matches!(self.wait_for(step, span).await, Waited::StillRunning)
+        match self.wait_for(step, span).await {
+            Waited::Done(answered) => Driven {
+                in_progress: false,
+                known: answered.payment,
+            },
+            Waited::Failed => Driven::running(false),
+            Waited::StillRunning => Driven::running(true),
+        }
     }
 
     /// The payment's routing and the account of its first attempt.
@@ -318,15 +345,19 @@ impl Orchestrator {
         merchant_id: &str,
         payment_id: &str,
         first: &sluice_store::PaymentAttempt,
-        mut in_progress: bool,
+        drive: Driven,
         route: &FirstRoute,
         options: &ConfirmOptions,
     ) -> Result<PaymentView, OrchestratorError> {
         let routing = &route.routing;
         let deadline_ms = first.created_at.saturating_add(routing.failover_window_ms);
+        let Driven {
+            mut in_progress,
+            mut known,
+        } = drive;
         while !in_progress {
             let Some((account, reason)) = self
-                .failover_target(merchant_id, payment_id, routing, deadline_ms)
+                .failover_target(merchant_id, payment_id, routing, deadline_ms, &mut known)
                 .await?
             else {
                 break;
@@ -344,7 +375,8 @@ impl Orchestrator {
             };
             in_progress = self.drive(Target::Attempt(next.id)).await;
         }
-        self.view(merchant_id, payment_id, in_progress).await
+        let details = self.details_of(merchant_id, payment_id, known).await?;
+        self.view_of(details, in_progress)
     }
 
     /// Ask the core whether the payment fails over, and where.
@@ -354,13 +386,13 @@ impl Orchestrator {
         payment_id: &str,
         routing: &Routing,
         deadline_ms: i64,
+        known: &mut Option<PaymentDetails>,
     ) -> Result<Option<(String, String)>, OrchestratorError> {
         if routing.failover_window_ms <= 0 {
             return Ok(None);
         }
         let details = self
-            .store()
-            .payment_details(Some(merchant_id), payment_id)
+            .details_of(merchant_id, payment_id, known.take())
             .await?;
         let attempts: Vec<AttemptFact> = details
             .attempts
@@ -395,6 +427,8 @@ impl Orchestrator {
             }
             NextStep::Stop(stop) => {
                 tracing::info!(payment_id, ?stop, "no failover");
+                // What was just read is the answer's view too.
+                *known = Some(details);
                 Ok(None)
             }
         }
@@ -616,8 +650,12 @@ impl Orchestrator {
                 span,
             )
             .await;
-        self.view(merchant_id, payment_id, !matches!(waited, Waited::Done(_)))
-            .await
+        self.view(
+            merchant_id,
+            payment_id,
+            matches!(waited, Waited::StillRunning),
+        )
+        .await
     }
 
     /// Close, at the PSP, an attempt whose customer step (3-D Secure, a
@@ -689,10 +727,44 @@ impl Orchestrator {
         payment_id: &str,
         in_progress: bool,
     ) -> Result<PaymentView, OrchestratorError> {
-        let details = self
-            .store()
-            .payment_details(Some(merchant_id), payment_id)
-            .await?;
+        let details = self.details_of(merchant_id, payment_id, None).await?;
+        self.view_of(details, in_progress)
+    }
+
+    /// The merchant's payment: `known` when the caller holds it whole (the
+    /// rows its own decisions left, [`Driven::known`]; in builds with
+    /// assertions checked against the database whenever the payment is still
+    /// at their version), else read.
+    async fn details_of(
+        &self,
+        merchant_id: &str,
+        payment_id: &str,
+        known: Option<PaymentDetails>,
+    ) -> Result<PaymentDetails, OrchestratorError> {
+        let known =
+            known.filter(|k| k.order.id == payment_id && k.order.merchant_id == merchant_id);
+        let Some(known) = known else {
+            let details = self.store().payment_details(Some(merchant_id), payment_id);
+            return Ok(details.await?);
+        };
+        if cfg!(debug_assertions) {
+            let stored = self.store().payment_details(Some(merchant_id), payment_id);
+            let stored = stored.await?;
+            if stored.order.version == known.order.version {
+                assert_eq!(
+                    stored, known,
+                    "the payment as its decisions left it is the stored one"
+                );
+            }
+        }
+        Ok(known)
+    }
+
+    fn view_of(
+        &self,
+        details: PaymentDetails,
+        in_progress: bool,
+    ) -> Result<PaymentView, OrchestratorError> {
         let status = client_status(&sluice_core::PaymentView {
             order: details.order.state,
             latest_attempt: details.attempts.last().map(|a| a.state),
@@ -741,27 +813,23 @@ impl Orchestrator {
         matches!(waited, Waited::StillRunning)
     }
 
-    async fn wait_for(
+    async fn wait_for<T: Send + 'static>(
         &self,
-        step: impl Future<Output = Result<Action, OrchestratorError>> + Send + 'static,
+        step: impl Future<Output = Result<T, OrchestratorError>> + Send + 'static,
         span: tracing::Span,
-    ) -> Waited<Action> {
+    ) -> Waited<T> {
         use tracing::Instrument;
         // The step's PSP calls count towards the request waiting for it.
         let task = tokio::spawn(crate::psp_wait::carried(step).instrument(span));
         match tokio::time::timeout(self.config().sync_wait, task).await {
-            Ok(Ok(Ok(action))) => Waited::Done(action),
+            Ok(Ok(Ok(done))) => Waited::Done(done),
             Ok(Ok(Err(error))) => {
                 tracing::warn!(error = %error, "PSP step failed; the scanner will take it up again");
-                Waited::Done(Action::Waiting {
-                    reason: "the step failed; recovery continues",
-                })
+                Waited::Failed
             }
             Ok(Err(join_error)) => {
                 tracing::error!(error = %join_error, "PSP step task failed");
-                Waited::Done(Action::Waiting {
-                    reason: "the step task failed; recovery continues",
-                })
+                Waited::Failed
             }
             Err(_) => {
                 tracing::info!(

@@ -7,7 +7,10 @@
 //! request path, and sends from the rows that commit left.
 
 use sluice_core::{CaptureMode, EventKind, EvidenceSource, PaymentEvent};
-use sluice_store::{AdapterPin, AttemptHead, EventTarget, FirstSend, Provenance, SentCall};
+use sluice_store::{
+    AdapterPin, Applied, AttemptHead, DecisionKind, EventTarget, FirstSend, Fulfillment,
+    PaymentDetails, Provenance, SentCall,
+};
 
 use crate::advance::{attempt_spec, Action};
 use crate::call::{self, Connector, NotSent};
@@ -91,14 +94,14 @@ impl Orchestrator {
     }
 
     /// Send a first send whose record was applied, its answer decided from
-    /// `after`, the rows that record left.
+    /// `after`, the rows that record left (those of the payment's create).
     pub(crate) async fn send_first(
         &self,
         connector: &Connector,
         own: &OwnAggregate,
         ready: Ready,
         after: Option<AttemptHead>,
-    ) -> Result<Action, OrchestratorError> {
+    ) -> Result<Answered, OrchestratorError> {
         self.admit_new_attempt(connector).await;
         let Ready {
             spec,
@@ -107,7 +110,48 @@ impl Orchestrator {
             provenance,
             ..
         } = ready;
-        self.send(connector, own, (&spec, &request, &provenance), slot, after)
-            .await
+        let created = after.clone();
+        let call = (&spec, &request, &provenance);
+        let (action, _, applied) = self
+            .send_deciding(connector, own, call, slot, after)
+            .await?;
+        let payment = created.and_then(|created| whole_payment(&created, &applied));
+        Ok(Answered { action, payment })
     }
+}
+
+/// What a first send's answer did and, when its decisions are all that
+/// happened to the payment since its create, the payment as they left it:
+/// the request's answer, without reading it again.
+pub(crate) struct Answered {
+    pub action: Action,
+    pub payment: Option<PaymentDetails>,
+}
+
+/// The payment as the decisions about a first send's answer left it, when
+/// they are everything that happened to it since `created`, the rows its
+/// create (with the record of that send) wrote: each decision applied and
+/// moving the payment's version by exactly one from the version before it.
+/// Every change to a payment moves its version (its attempts, captures,
+/// refunds, amounts and review flag), so no other change fits between them,
+/// and a fresh payment has only that attempt and no capture or refund. A
+/// payment with a fulfillment is never taken so: its fulfillment moves on a
+/// version of its own.
+fn whole_payment(created: &AttemptHead, applied: &[Applied]) -> Option<PaymentDetails> {
+    let base = created.order.version;
+    let fresh =
+        created.attempt.attempt_no == 1 && created.order.fulfillment == Fulfillment::default();
+    let consecutive = (applied.iter().zip(1_i64..)).all(|(a, n)| {
+        a.decision == DecisionKind::Applied && Some(a.payment_version) == base.checked_add(n)
+    });
+    let last = applied.last()?.after.as_ref()?;
+    let same = last.attempt.id == created.attempt.id
+        && Some(last.order.version) == base.checked_add(i64::try_from(applied.len()).ok()?);
+    (fresh && consecutive && same).then(|| PaymentDetails {
+        order: last.order.clone(),
+        amounts: last.amounts,
+        attempts: vec![last.attempt.clone()],
+        captures: Vec::new(),
+        refunds: Vec::new(),
+    })
 }

@@ -1220,15 +1220,15 @@ async fn read_head(tx: &mut Conn, input: &ApplyEvent) -> Result<Head, StoreError
 }
 
 /// The rows an applied decision about an attempt left, from the rows it was
-/// decided from and what its writes set (the SQL of [`SubjectUpdate::to_write`]
-/// and [`cas_order_write`]); none when an amount, a capture's attempt or a
-/// fulfillment moved with them. In builds with assertions the step that starts
-/// from them checks them against the database ([`known_as_head`]).
+/// decided from and what its writes set (the SQL of [`SubjectUpdate::to_write`],
+/// [`cas_order_write`] and [`amount_write`], whose conditional updates set
+/// what the core's `Amounts::apply_all` worked out in `moves`); none when a
+/// capture's attempt or a fulfillment moved with them. In builds with
+/// assertions the step that starts from them checks them against the database
+/// ([`known_as_head`]).
 fn rows_after(plan: &Plan<'_>, moves: &Moves<'_>) -> Option<AttemptHead> {
     let (before, update) = (plan.subject.attempt.as_ref()?, moves.update.as_ref()?);
-    let effects = &plan.verdict.effects;
-    let moves_amounts = (effects.iter()).any(|e| amount_write(&plan.order.id, e).is_some());
-    if moves_amounts || plan.capture_attempt.is_some() || plan.follows() {
+    if plan.capture_attempt.is_some() || plan.follows() {
         return None;
     }
     let failure = match plan.input {
@@ -1259,7 +1259,7 @@ fn rows_after(plan: &Plan<'_>, moves: &Moves<'_>) -> Option<AttemptHead> {
     };
     Some(AttemptHead {
         order,
-        amounts: plan.amounts,
+        amounts: plan.amounts.moved_to(moves.amounts_after),
         attempt,
     })
 }

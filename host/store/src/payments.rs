@@ -458,6 +458,19 @@ impl PaymentAmounts {
         .map_err(|e| StoreError::corrupt("payment_amounts", e.to_string()))
     }
 
+    /// The same payment's amounts as the core moved them (currency and
+    /// amount are frozen at creation).
+    pub fn moved_to(&self, moved: Amounts) -> PaymentAmounts {
+        PaymentAmounts {
+            authorized_minor: moved.authorized,
+            capture_reserved_minor: moved.capture_reserved,
+            captured_minor: moved.captured,
+            refund_reserved_minor: moved.refund_reserved,
+            refunded_minor: moved.refunded,
+            ..*self
+        }
+    }
+
     pub fn refundable_minor(&self) -> i64 {
         self.captured_minor - self.refunded_minor - self.refund_reserved_minor
     }

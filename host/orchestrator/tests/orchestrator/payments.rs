@@ -26,6 +26,9 @@ dual_test! {
         assert_eq!(charges.len(), 1);
         assert_eq!(attempt.psp_reference.as_deref(), Some(charges[0].id.as_str()));
         assert_eq!(h.psp.requests("create_payment"), 1);
+        // The answer, built from the rows its decisions left, is the payment as stored.
+        let stored = h.store().payment_details(None, &view.details.order.id).await.unwrap();
+        assert_eq!(view.details, stored);
 
         // SUBMITTED was recorded before the PSP's answer, and the answer is
         // attributed to the adapter version that parsed it.

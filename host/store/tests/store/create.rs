@@ -322,7 +322,7 @@ dual_test! {
 }
 
 dual_test! {
-    async fn a_decision_that_moves_money_leaves_no_rows_to_start_from(&db) {
+    async fn a_decision_that_moves_money_leaves_the_amounts_it_stored(&db) {
         let store = &db.store;
         let fx = Fixture::new(store, "Acme").await;
         let head = created(store, &fx, "AFTER-2").await;
@@ -333,8 +333,9 @@ dual_test! {
         let applied = store.apply_event_from(&on_attempt(&head.attempt, succeeded), recorded.after.as_ref()).await.unwrap();
 
         assert_eq!((applied.decision, applied.tries), (DecisionKind::Applied, 1), "{applied:?}");
-        assert_eq!(applied.after, None, "the amounts moved: the next step reads them");
-        assert_eq!(store.payment_amounts(&head.order.id).await.unwrap().captured_minor, 500);
+        let stored = store.get_attempt_head(&head.attempt.id).await.unwrap();
+        assert_eq!((stored.amounts.authorized_minor, stored.amounts.captured_minor), (500, 500));
+        assert_eq!(applied.after.as_ref(), Some(&stored), "the rows it left, amounts moved, are the stored ones");
     }
 }
 
