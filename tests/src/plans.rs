@@ -63,6 +63,11 @@ impl GenericPlan {
             .unwrap_or(0)
     }
 
+    /// The plan it runs, run again (rolled back): `EXPLAIN ANALYZE`'s text lines.
+    pub async fn plan(&mut self) -> Vec<String> {
+        self.explain().await
+    }
+
     async fn explain(&mut self) -> Vec<String> {
         let sql = format!(
             "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE probe ({}); ROLLBACK",

@@ -39,7 +39,7 @@ pub(crate) use fresh::FreshSent;
 use locate::OwnReference;
 mod operator;
 
-pub use locate::AccountScope;
+pub use locate::{psp_reference_lookups, AccountScope};
 pub use operator::{ESCALATE_KIND, RECONCILIATION_KIND, RESOLVE_KIND};
 
 use crate::adapter_releases::AdapterPin;

@@ -317,16 +317,19 @@ impl Store {
         Ok((entries, more))
     }
 
-    /// The history of one aggregate, in order.
+    /// The history of one aggregate of a payment, in order (through the
+    /// payment's index: every aggregate belongs to exactly one payment).
     pub async fn aggregate_history(
         &self,
+        payment_id: &str,
         aggregate_type: &str,
         aggregate_id: &str,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {HISTORY_COLS} FROM state_history \
-             WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY id"
+             WHERE payment_id = $1 AND aggregate_type = $2 AND aggregate_id = $3 ORDER BY id"
         ))
+        .bind(payment_id)
         .bind(aggregate_type)
         .bind(aggregate_id)
         .fetch_all(&self.pool)

@@ -49,8 +49,9 @@ pub use adapter_releases::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use door::{
-    cas_conflicts_total, AccountScope, Applied, ApplyEvent, DecisionKind, EventTarget, FirstSend,
-    SentCall, ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND, RESOLVE_KIND,
+    cas_conflicts_total, psp_reference_lookups, AccountScope, Applied, ApplyEvent, DecisionKind,
+    EventTarget, FirstSend, SentCall, ESCALATE_KIND, MAX_CAS_TRIES, RECONCILIATION_KIND,
+    RESOLVE_KIND,
 };
 pub use env::{AwaitPoint, AwaitPoints, Entropy, Env, OsEntropy, SeededEntropy};
 pub use error::StoreError;

@@ -106,7 +106,7 @@ impl Store {
             let same = existing.payment_id == order.id
                 && existing.amount == request.amount
                 && existing.reason == request.reason;
-            let creation = creation_of(tx, "refund", &existing.id, same).await?;
+            let creation = creation_of(tx, &order.id, "refund", &existing.id, same).await?;
             return Ok(Reservation::replay(existing, &order, creation));
         }
         request_refund(&order.snapshot(&amounts)?, request.amount)
@@ -184,7 +184,7 @@ impl Store {
         };
         if let Some(existing) = existing {
             let same = existing.payment_id == order.id && existing.amount == request.amount;
-            let creation = creation_of(&mut tx, "capture", &existing.id, same).await?;
+            let creation = creation_of(&mut tx, &order.id, "capture", &existing.id, same).await?;
             self.commit_write(tx).await?;
             return Ok(Reservation::replay(existing, &order, creation));
         }
@@ -321,6 +321,7 @@ async fn by_reference<T>(
 /// parameters (`same` false) is refused.
 async fn creation_of(
     tx: &mut Conn,
+    payment_id: &str,
     aggregate_type: &str,
     aggregate_id: &str,
     same: bool,
@@ -328,18 +329,22 @@ async fn creation_of(
     if !same {
         return Err(StoreError::IdempotencyMismatch);
     }
+    // Both by the payment first: its history and its events are what the
+    // indexes `(payment_id, id)` and `(partition_key, seq)` cover.
     let history = sqlx::query(
-        "SELECT id FROM state_history WHERE aggregate_type = $1 AND aggregate_id = $2 \
-           AND evidence_source = 'command' ORDER BY id LIMIT 1",
+        "SELECT id FROM state_history WHERE payment_id = $1 AND aggregate_type = $2 \
+           AND aggregate_id = $3 AND evidence_source = 'command' ORDER BY id LIMIT 1",
     )
+    .bind(payment_id)
     .bind(aggregate_type)
     .bind(aggregate_id)
     .fetch_one(&mut *tx)
     .await?;
     let outbox = sqlx::query(
-        "SELECT event_id FROM outbox WHERE aggregate_type = $1 AND aggregate_id = $2 \
-         ORDER BY seq LIMIT 1",
+        "SELECT event_id FROM outbox WHERE partition_key = $1 AND aggregate_type = $2 \
+         AND aggregate_id = $3 ORDER BY seq LIMIT 1",
     )
+    .bind(payment_id)
     .bind(aggregate_type)
     .bind(aggregate_id)
     .fetch_one(&mut *tx)

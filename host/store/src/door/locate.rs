@@ -55,7 +55,8 @@ impl Table {
 
     /// `id, payment_id, account_id` of the rows `WHERE t.{column} = $1`.
     /// Our references are unique across adapters; PSP references only at one
-    /// adapter (`AND t.adapter = $2`, which is also what their index covers).
+    /// adapter (`AND t.adapter = $2`, a filter on the few rows the index on
+    /// `psp_reference` finds; refunds' unique index covers both).
     fn scoped_select(self, column: &str) -> String {
         let (from, account) = match self {
             Table::Attempts => ("payment_attempts t", "t.connector_account_id"),
@@ -78,6 +79,16 @@ impl Table {
              FROM {from} WHERE t.{column} = $1 AND {adapter}"
         )
     }
+}
+
+/// The statements that find an event's rows by PSP reference at one adapter
+/// (`$1` the reference, `$2` the adapter), each with the table it reads: for
+/// the tests that pin them to an index whatever the tables hold.
+pub fn psp_reference_lookups() -> Vec<(&'static str, String)> {
+    vec![
+        ("payment_attempts", attempt_select("psp_reference")),
+        ("refunds", Table::Refunds.scoped_select("psp_reference")),
+    ]
 }
 
 /// A row an event named, inside the scope.
@@ -336,6 +347,18 @@ async fn refund_from_event(
         .ok_or_else(|| StoreError::not_found("refund", by.1))
 }
 
+/// The attempts whose `column` is `$1`. Our references are unique across
+/// adapters; PSP references only at one adapter (`$2`: a filter on the few
+/// rows the index on `psp_reference` finds).
+fn attempt_select(column: &str) -> String {
+    let adapter = if column == "reference" {
+        "$2 = $2"
+    } else {
+        "adapter = $2"
+    };
+    format!("SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE {column} = $1 AND {adapter}")
+}
+
 /// The scope's attempt whose `column` is `key`, read whole in the same
 /// statement that checks its account.
 async fn scoped_attempt(
@@ -344,20 +367,11 @@ async fn scoped_attempt(
     column: &str,
     key: &str,
 ) -> Result<Option<PaymentAttempt>, StoreError> {
-    // Our references are unique across adapters; PSP references only at one
-    // adapter (which is also what their index covers).
-    let adapter = if column == "reference" {
-        "$2 = $2"
-    } else {
-        "adapter = $2"
-    };
-    let rows = sqlx::query(&format!(
-        "SELECT {ATTEMPT_COLS} FROM payment_attempts WHERE {column} = $1 AND {adapter}"
-    ))
-    .bind(key)
-    .bind(&scope.adapter)
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows = sqlx::query(&attempt_select(column))
+        .bind(key)
+        .bind(&scope.adapter)
+        .fetch_all(&mut *tx)
+        .await?;
     let attempts = rows
         .iter()
         .map(|row| {

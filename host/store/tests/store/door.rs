@@ -65,7 +65,7 @@ dual_test! {
         let amounts = store.payment_amounts(&payment.id).await.unwrap();
         assert_eq!((amounts.authorized_minor, amounts.captured_minor), (100, 100));
 
-        let history = store.aggregate_history("attempt", &attempt.id).await.unwrap();
+        let history = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
         let path: Vec<(&str, &str)> = history
             .iter()
             .map(|h| (h.to_state.as_str(), h.decision.as_str()))
@@ -260,7 +260,7 @@ dual_test! {
                 matches!(final_attempt.state, AttemptState::Succeeded | AttemptState::Failed),
                 "{:?}", final_attempt.state
             );
-            let history = store.aggregate_history("attempt", &attempt.id).await.unwrap();
+            let history = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
             let tail: Vec<&str> = history.iter().rev().take(2).map(|h| h.decision.as_str()).collect();
             assert!(tail.contains(&"applied") && tail.contains(&"needs_reconciliation"), "{tail:?}");
             let order = store.get_payment(None, &payment.id).await.unwrap();
@@ -310,7 +310,7 @@ dual_test! {
             // SQLite: BEGIN IMMEDIATE queued the door behind the writer.
             sluice_store::Backend::Sqlite => assert_eq!(applied.tries, 1),
         }
-        let history = store.aggregate_history("attempt", &attempt.id).await.unwrap();
+        let history = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
         assert_eq!(count_history(&history, &attempt.id, "applied", "SUCCEEDED"), 1);
     }
 }
@@ -349,7 +349,7 @@ dual_test! {
         assert_eq!((order_after.state, order_after.version), (order_before.state, order_before.version));
         assert_eq!(store.payment_amounts(&payment.id).await.unwrap().captured_minor, 0);
         assert!(store.outbox_for_payment(&payment.id).await.unwrap().is_empty());
-        let history = store.aggregate_history("attempt", &attempt.id).await.unwrap();
+        let history = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
         let rejected_rows: Vec<_> = history.iter().filter(|h| h.decision == "rejected").collect();
         assert_eq!(rejected_rows.len(), 2);
         assert!(rejected_rows.iter().all(|h| h.from_state.as_deref() == Some("UNKNOWN") && h.to_state == "UNKNOWN"));

@@ -60,7 +60,7 @@ dual_test! {
         let amounts = store.payment_amounts(&payment.id).await.unwrap();
         assert_eq!(amounts.authorized_minor, 0, "the hold is released");
 
-        let history = store.aggregate_history("attempt", &attempt.id).await.unwrap();
+        let history = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
         let void_rows: Vec<_> = history
             .iter()
             .filter(|h| h.event_kind == "VOID_SUBMITTED")

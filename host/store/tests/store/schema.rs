@@ -242,3 +242,46 @@ dual_test! {
         }
     }
 }
+
+dual_test! {
+    /// The door finds an event's rows by PSP reference at one adapter through the index on
+    /// `psp_reference` (migration 0025 dropped the one on `(adapter, psp_reference)` of
+    /// attempts): on PostgreSQL on the generic plan its prepared statements run, made before
+    /// the table had a row; refunds keep their unique one. An aggregate's history is read
+    /// through its payment's index.
+    async fn the_doors_lookups_by_psp_reference_and_an_aggregates_history_go_through_an_index(&db) {
+        let store = &db.store;
+        let (_, attempt) = Fixture::new(store, "Acme").await.succeeded(store, "IDX-1", 100).await;
+        let lookups = sluice_store::psp_reference_lookups();
+        assert_eq!(lookups.len(), 2, "attempts and refunds");
+        for (table, sql) in lookups {
+            // Either of refunds' two indexes leads with `psp_reference` or finds it at one adapter.
+            let indexes: &[&str] = match table {
+                "payment_attempts" => &["payment_attempts_by_psp_reference"],
+                _ => &["refunds_psp_reference", "refunds_by_psp_reference"],
+            };
+            let plan = match db.backend {
+                Backend::Sqlite => sluice_test_support::plans::sqlite_query_plan(store.pool(), &sql).await,
+                Backend::Postgres => {
+                    let args = "'pi_IDX-1', 'sandbox'";
+                    let mut prepared = sluice_test_support::plans::GenericPlan::prepare(
+                        store.pool(), &sql, "text, text", args).await;
+                    prepared.plan().await
+                }
+            };
+            assert!(
+                plan.iter().any(|line| indexes.iter().any(|index| line.contains(index))),
+                "{sql}: {plan:?}"
+            );
+        }
+        let history = format!(
+            "SELECT id FROM state_history WHERE payment_id = '{}' AND aggregate_type = 'attempt' \
+             AND aggregate_id = '{}' ORDER BY id",
+            attempt.payment_id, attempt.id
+        );
+        let plan = query_plan(db, &history).await;
+        assert!(plan.iter().any(|line| line.contains("state_history_by_payment")), "{plan:?}");
+        let entries = store.aggregate_history(&attempt.payment_id, "attempt", &attempt.id).await.unwrap();
+        assert!(!entries.is_empty() && entries.iter().all(|e| e.aggregate_id == attempt.id), "{entries:?}");
+    }
+}
