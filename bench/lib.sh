@@ -26,7 +26,11 @@ bench_stop() {
     fi
 }
 
-# Starts the demo; sets PORT, BASE, ADMIN_TOKEN, SERVER_PID, API_KEY, STRIPE_ACCOUNT.
+# Starts the demo; sets PORT, BASE, ADMIN_TOKEN, SERVER_PID, API_KEY, STRIPE_ACCOUNT,
+# SANDBOX (the in-process sandbox PSP's URL). The sandbox sends up to
+# BENCH_WEBHOOK_SENDERS (8) webhooks at once: one after another, it kept pace
+# with about 650 a second, and a payment's webhooks would still be arriving
+# long after the run that made them (BENCHMARKS.md, session 18).
 bench_start_demo() {
     PORT="$(bench_free_port)"
     BASE="http://127.0.0.1:$PORT"
@@ -40,7 +44,8 @@ bench_start_demo() {
             SLUICE_DATABASE_URL="${DATABASE_URL:-sqlite://$WORK/data/sluice.db}" \
             SLUICE_ADMIN_TOKEN="$ADMIN_TOKEN" \
             SLUICE_LOG="${BENCH_LOG:-error}" \
-            "$SLUICE" "${CONFIG_ARGS[@]}" demo --adapters-dir "$ADAPTERS"
+            "$SLUICE" "${CONFIG_ARGS[@]}" demo --adapters-dir "$ADAPTERS" \
+            --webhook-senders "${BENCH_WEBHOOK_SENDERS:-8}"
     ) >"$WORK/demo.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 600); do
@@ -54,6 +59,7 @@ bench_start_demo() {
     done
     API_KEY="$(bench_banner_value 'API key')"
     STRIPE_ACCOUNT="$(bench_banner_value 'connector account stripe')"
+    SANDBOX="$(bench_banner_value 'sandbox PSP')"
     [ -n "$API_KEY" ] && [ -n "$STRIPE_ACCOUNT" ] || { echo "error: no demo merchant in the banner" >&2; exit 1; }
 }
 
@@ -69,6 +75,19 @@ bench_dirty_background() {
     else
         echo "$(cat /proc/sys/vm/dirty_background_ratio)%"
     fi
+}
+
+# Writes back every dirty page before the next phase starts. The kernel writes
+# back a page about 30 s after it was dirtied (vm.dirty_expire_centisecs), in
+# bursts that make PostgreSQL's WAL flushes wait: without this, the bursts of
+# one phase's writes (pgbench's baseline, the full-rate run) land in the next
+# phase and its tail measures them (BENCHMARKS.md, sessions 8 and 18). What a
+# phase itself dirties is still written back during it, as in steady state.
+bench_phase_sync() {
+    local start
+    start="$(date +%s%3N)"
+    sync
+    echo "== dirty pages of the earlier phase written back in $(( $(date +%s%3N) - start )) ms"
 }
 
 bench_banner_value() { sed -n "s/^  $1: //p" "$WORK/demo.log" | head -1; }

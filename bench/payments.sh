@@ -3,16 +3,18 @@
 #
 # Starts a release `sluice demo` (sandbox PSP in process, no PSP latency) on one
 # backend, then wrk creates and confirms Stripe-format payments for
-# BENCH_SECONDS at BENCH_CONNECTIONS; each one settles by the sandbox's signed
-# webhooks. Prints one RESULT line for `cargo xtask bench`:
+# BENCH_SECONDS at BENCH_CONNECTIONS; the sandbox answers each confirm with the
+# charge and then sends its signed webhooks, which the gateway verifies, keeps
+# and applies. Prints one RESULT line for `cargo xtask bench`:
 #
 #   confirm/s, p50/p99/p99.9 of create+confirm, settled/s (every payment of the
-#   run reached SUCCEEDED, counted in the database), RSS high-water mark, and on
+#   run reached SUCCEEDED, counted in the database, and every webhook the
+#   sandbox sent about it was applied), RSS high-water mark, and on
 #   PostgreSQL: commits and statements per payment (pg_stat_database and
 #   pg_stat_statements of the run's own database) plus the statements that run
 #   most often, and the same-run pgbench baseline (single-row INSERT, 8 clients).
 #
-# Knobs: BENCH_BACKEND (postgres | sqlite), BENCH_SECONDS (15),
+# Knobs: BENCH_BACKEND (postgres | sqlite), BENCH_SECONDS (15), BENCH_WEBHOOK_SENDERS (8),
 # BENCH_CONNECTIONS (16), BENCH_INGEST_CONNECTIONS (32), BENCH_HALF_RATE (half of the run's), SLUICE_BIN, SLUICE_BENCH_ADAPTERS, SLUICE_BENCH_CONFIG,
 # BENCH_PERF_INGEST (a file: perf profile of the gateway during webhook ingest),
 # BENCH_PG (postgres://postgres@127.0.0.1:5432, trust auth).
@@ -87,6 +89,24 @@ backlog() {
         + (SELECT COUNT(*) FROM outbox WHERE status = 'pending') \
         + (SELECT COUNT(*) FROM event_deliveries WHERE status = 'pending')"
 }
+# Waits (bounded) until a phase's payments are settled: each one SUCCEEDED
+# (the PSP's synchronous answer usually does that), the sandbox PSP has
+# delivered every webhook about them (its own queue, which the database cannot
+# see) and the gateway has applied each one and handed over every event.
+# Prints whether the sandbox went idle.
+settle_phase() {
+    for _ in $(seq 1 300); do
+        [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
+        sleep 0.1
+    done
+    local idle
+    idle="$(curl -sf -X POST "$SANDBOX/_sandbox/wait_idle?timeout_ms=60000" | python3 -c 'import json, sys; print(str(json.load(sys.stdin)["idle"]).lower())' || echo false)"
+    for _ in $(seq 1 600); do
+        [ "$(backlog)" = 0 ] && break
+        sleep 0.1
+    done
+    echo "$idle"
+}
 
 if [ "$BACKEND" = postgres ]; then
     # The baseline first, on the same server, in the run's own database.
@@ -96,6 +116,9 @@ if [ "$BACKEND" = postgres ]; then
     PGBENCH_TPS="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$WORK/pgbench.txt" | head -1)"
     echo "== pgbench single-row INSERT, 8 clients, 10 s: $PGBENCH_TPS tps"
     sql "DROP TABLE bench_insert"
+    # The baseline's pages are written back now, not by the kernel half a
+    # minute later in the middle of the gateway's run (bench_phase_sync).
+    bench_phase_sync
 fi
 
 bench_start_demo
@@ -128,18 +151,18 @@ START_MS="$(date +%s%3N)"
 BENCH_PHASE=run wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/run.txt"
 read -r RPS P50 P99 ERR TIMEOUTS P999 <<<"$(bench_wrk_summary "$WORK/run.txt")"
 
-# Settled: every payment of the run has reached SUCCEEDED by webhook (bounded wait).
-for _ in $(seq 1 300); do
-    [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
-    sleep 0.1
-done
+# Settled: every payment of the run has reached SUCCEEDED and every webhook
+# about it was delivered and applied (bounded waits).
+WEBHOOKS_IDLE="$(settle_phase)"
 END_MS="$(date +%s%3N)"
 SUCCEEDED="$(count_orders "state = 'SUCCEEDED'")"
 OPEN="$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")"
 SETTLED_PER_S="$(python3 -c "print(f'{$SUCCEEDED * 1000 / ($END_MS - $START_MS):.1f}')")"
 RSS_MB="$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$SERVER_PID/status")"
 echo "   create+confirm $RPS/s  p50 $P50 ms  p99 $P99 ms  p99.9 $P999 ms  non-2xx $ERR  timeouts $TIMEOUTS"
+WEBHOOKS_PER="$(python3 -c "print(f'{$(count_sql "SELECT COUNT(*) FROM webhook_inbox") / max($SUCCEEDED, 1):.2f}')")"
 echo "   settled $SUCCEEDED payments ($OPEN still open) in $(( (END_MS - START_MS) / 1000 )) s: $SETTLED_PER_S/s; RSS high-water $RSS_MB MB"
+echo "   the sandbox's webhooks all delivered: $WEBHOOKS_IDLE; $WEBHOOKS_PER webhook events kept a payment; gateway backlog left: $(backlog)"
 CAS_AFTER="$(cas_total)"
 CAS_PER="$(python3 -c "print(f'{(${CAS_AFTER:-0} - ${CAS_BEFORE:-0}) / max($SUCCEEDED, 1):.3f}')")"
 echo "   decisions taken again after a lost compare-and-set: $CAS_PER a payment"
@@ -178,16 +201,11 @@ fi
 # BENCH_HALF_RATE fixes it instead, to compare two builds at one load.
 HALF_RATE="${BENCH_HALF_RATE:-$(python3 -c "print(max(1, int(float('$RPS') / 2)))")}"
 HALF_SECONDS=10
-# The run at full rate leaves the gateway applying its duplicate webhooks and
-# publishing its events for a while after the last payment settled; latency
-# at half the rate is measured once that backlog is worked off (bounded wait),
-# not while the gateway is still catching up with twice that rate.
-DRAIN_START="$(date +%s%3N)"
-for _ in $(seq 1 600); do
-    [ "$(backlog)" = 0 ] && break
-    sleep 0.1
-done
-echo "== $BACKEND: the full-rate run's backlog worked off in $(( $(date +%s%3N) - DRAIN_START )) ms ($(backlog) left)"
+# The full-rate run is settled above, its webhooks delivered and applied: the
+# latency at half the rate is not measured while the gateway (or the sandbox)
+# is still catching up with twice that rate, nor while the kernel writes back
+# what that run left dirty (bench_phase_sync).
+bench_phase_sync
 echo "== $BACKEND: create+confirm at half that rate, $HALF_RATE/s for ${HALF_SECONDS}s"
 BENCH_PHASE=half BENCH_SHARE=1 BENCH_RATE="$HALF_RATE" wrk -t2 -c16 -d"${HALF_SECONDS}s" --latency -s "$WORK/pay.lua" "$BASE" >"$WORK/half.txt"
 read -r H_RPS H_P50 H_P99 H_ERR H_TO H_P999 <<<"$(bench_wrk_summary "$WORK/half.txt")"
@@ -207,10 +225,7 @@ print(" ".join(f"{int(x) / 1000:.1f}" for x in m.groups()) if m else "- - -")
 PY
 )"
 echo "   of it inside the gateway's /v1 routes (Server-Timing app minus psp): p50 $I_P50 ms  p99 $I_P99 ms  p99.9 $I_P999 ms"
-for _ in $(seq 1 300); do
-    [ "$(count_orders "state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELED', 'EXPIRED')")" = 0 ] && break
-    sleep 0.1
-done
+HALF_WEBHOOKS_IDLE="$(settle_phase)"
 
 # Webhook ingest: correctly signed, distinct Stripe-format webhooks to one
 # account whose own limit is raised out of the way (config keys webhook_burst,
@@ -356,4 +371,4 @@ if [ "$BACKEND" = postgres ]; then
     fi
 fi
 
-echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER cas_retries_per_payment=$CAS_PER pgbench_tps=${PGBENCH_TPS:--} floor_tps=$FLOOR_TPS dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"
+echo "RESULT ingest_per_s=$INGEST_PER_S ingest_connections=$INGEST_CONNECTIONS ingest_commits_per_webhook=$INGEST_COMMITS_PER ingest_statements_per_webhook=$INGEST_STATEMENTS_PER backend=$BACKEND confirm_per_s=$RPS p50_ms=$P50 p99_ms=$P99 p999_ms=$P999 non2xx=$ERR timeouts=$TIMEOUTS settled=$SUCCEEDED open=$OPEN settled_per_s=$SETTLED_PER_S rss_mb=$RSS_MB webhooks_idle=$WEBHOOKS_IDLE half_webhooks_idle=$HALF_WEBHOOKS_IDLE webhooks_per_payment=$WEBHOOKS_PER commits_per_payment=$COMMITS_PER wal_flushes_per_payment=$FLUSHES_PER statements_per_payment=$STATEMENTS_PER cas_retries_per_payment=$CAS_PER pgbench_tps=${PGBENCH_TPS:--} floor_tps=$FLOOR_TPS dirty_background=$DIRTY_BACKGROUND half_rate=$HALF_RATE half_rps=$H_RPS half_p50_ms=$H_P50 half_p99_ms=$H_P99 half_p999_ms=$H_P999 half_non2xx=$H_ERR half_share_p50_ms=$S_P50 half_share_p99_ms=$S_P99 half_share_p999_ms=$S_P999 half_share_n=$S_N half_share_unpaired=$S_UNPAIRED half_psp_p50_ms=$PSP_P50 half_psp_p99_ms=$PSP_P99 half_inside_p50_ms=$I_P50 half_inside_p99_ms=$I_P99 half_inside_p999_ms=$I_P999"

@@ -141,6 +141,14 @@ fn paced_p99(figures: Option<&Figures>) -> Option<f64> {
     (achieved >= 0.9 * asked && paired).then(|| num(figures, "half_share_p99_ms"))?
 }
 
+/// Payments settled a second, only when the sandbox PSP delivered every
+/// webhook about them within the bench's wait: the figure counts each payment
+/// once all of its webhooks were applied, so without that it would not be one.
+fn settled_per_s(figures: Option<&Figures>) -> Option<f64> {
+    let idle = figures?.get("webhooks_idle").map(String::as_str) == Some("true");
+    idle.then(|| num(figures, "settled_per_s"))?
+}
+
 /// One goal: a measured ratio against its bound.
 struct Goal {
     name: &'static str,
@@ -157,13 +165,13 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
     let goals = [
         Goal {
             name: "PostgreSQL settled payments/s / pgbench INSERT tps",
-            value: ratio(num(pg, "settled_per_s"), num(pg, "pgbench_tps")),
+            value: ratio(settled_per_s(pg), num(pg, "pgbench_tps")),
             at_most: false,
             bound: 0.10,
         },
         Goal {
             name: "SQLite settled payments/s / PostgreSQL's",
-            value: ratio(num(lite, "settled_per_s"), num(pg, "settled_per_s")),
+            value: ratio(settled_per_s(lite), settled_per_s(pg)),
             at_most: false,
             bound: 0.5,
         },
@@ -247,13 +255,12 @@ fn print_goals(results: &BTreeMap<&str, Figures>) {
 
 /// What bounds goal 1 beneath the gateway: the payment's own rows written by
 /// pgbench alone (bench/payment_floor.sql), against the same run's INSERT
-/// baseline, and the share of that floor the gateway reached (a little over 1
-/// is possible: the gateway shares some statements between payments).
+/// baseline, and the share of that floor the gateway reached.
 fn print_floor(pg: Option<&Figures>) {
     let (Some(floor), Some(insert), Some(settled)) = (
         num(pg, "floor_tps"),
         num(pg, "pgbench_tps"),
-        num(pg, "settled_per_s"),
+        settled_per_s(pg),
     ) else {
         println!("  a payment's rows without the gateway: not measured");
         return;

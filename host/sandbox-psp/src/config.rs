@@ -182,6 +182,11 @@ pub struct SandboxConfig {
     /// to deliver, duplicate, reorder or drop. Delivery faults and retries
     /// then are the caller's.
     pub capture_webhooks: bool,
+    /// How many webhook requests may be in flight at once (1..=64, clamped).
+    /// 1 sends them one after another, in order; more lets them keep pace with
+    /// a gateway under load, as a PSP that delivers concurrently does, and
+    /// arrive in any order.
+    pub webhook_senders: usize,
 }
 
 /// The Stripe key a default sandbox accepts.
@@ -207,6 +212,7 @@ impl Default for SandboxConfig {
             query_delay: Duration::ZERO,
             clock: SandboxClock::system(),
             capture_webhooks: false,
+            webhook_senders: 1,
         }
     }
 }

@@ -46,7 +46,9 @@ pub use signing::{
     adyen_hmac_signature, adyen_signing_payload, stripe_signature_header, stripe_v1_signature,
     AdyenSignedFields, SignError,
 };
-pub use webhooks::{CapturedWebhook, DeliveredEvent, DeliveryRecord};
+pub use webhooks::{
+    CapturedWebhook, DeliveredEvent, DeliveryRecord, MAX_DELIVERY_RECORDS, MAX_SENDERS,
+};
 
 use app::App;
 use idempotency::IdempotencyStore;
@@ -136,6 +138,7 @@ fn build(
             ids: ids.clone(),
             clock: config.clock.clone(),
             capture: config.capture_webhooks,
+            senders: config.webhook_senders,
         },
         shutdown.clone(),
     )?;

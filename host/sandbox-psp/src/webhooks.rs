@@ -1,24 +1,36 @@
 //! Webhook delivery: signing, duplicates, delay, reordering, retries and a log of
 //! every attempt with the gateway's answer.
 //!
-//! One dispatcher task sends first attempts in order (after an optional shuffle of
-//! a window); an attempt the gateway does not acknowledge with 2xx is retried by
-//! its own task so one failing endpoint does not hold up the rest.
+//! One dispatcher task takes first attempts in order (after an optional shuffle of
+//! a window) and, with one sender (the default), sends each before taking the
+//! next; with [`HubSetup::senders`] above one, up to that many requests are in
+//! flight at once, as a PSP that delivers concurrently sends them, and they may
+//! arrive in any order. An attempt the gateway does not acknowledge with 2xx is
+//! retried by its own task so one failing endpoint does not hold up the rest.
+//! The log of attempts keeps the latest [`MAX_DELIVERY_RECORDS`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::config::{DeliveryFaults, Format, RetryPolicy, SandboxClock, WebhookTarget};
 use crate::notices::{AdyenItem, Notice};
 use crate::signing::{adyen_hmac_signature, stripe_signature_header, AdyenSignedFields};
 use crate::util::{lock, Ids};
+
+/// How many delivery attempts the log keeps (the oldest go first): a demo
+/// that runs for hours, or a benchmark's hundreds of thousands of webhooks, would
+/// otherwise keep every body it ever sent.
+pub const MAX_DELIVERY_RECORDS: usize = 10_000;
+
+/// The most webhook requests [`HubSetup::senders`] lets be in flight at once.
+pub const MAX_SENDERS: usize = 64;
 
 /// One event inside a delivered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -107,7 +119,9 @@ struct Inner {
     targets: Mutex<BTreeMap<String, WebhookTarget>>,
     faults: Mutex<DeliveryFaults>,
     retry: RetryPolicy,
-    records: Mutex<Vec<DeliveryRecord>>,
+    records: Mutex<VecDeque<DeliveryRecord>>,
+    /// Some when more than one request may be in flight: one permit each.
+    senders: Option<Arc<Semaphore>>,
     seq: AtomicU64,
     pending: AtomicUsize,
     idle: Notify,
@@ -127,6 +141,9 @@ pub struct HubSetup {
     pub ids: Arc<Ids>,
     pub clock: SandboxClock,
     pub capture: bool,
+    /// How many webhook requests may be in flight at once (1..=[`MAX_SENDERS`],
+    /// clamped): 1 sends them one after another in order.
+    pub senders: usize,
 }
 
 /// The webhook sender. Cheap to clone.
@@ -145,7 +162,11 @@ impl Hub {
             targets: Mutex::new(setup.targets),
             faults: Mutex::new(setup.faults),
             retry: setup.retry,
-            records: Mutex::new(Vec::new()),
+            records: Mutex::new(VecDeque::new()),
+            senders: match setup.senders.clamp(1, MAX_SENDERS) {
+                1 => None,
+                n => Some(Arc::new(Semaphore::new(n))),
+            },
             seq: AtomicU64::new(0),
             pending: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -283,7 +304,7 @@ impl Hub {
     }
 
     pub fn records(&self) -> Vec<DeliveryRecord> {
-        lock(&self.inner.records).clone()
+        lock(&self.inner.records).iter().cloned().collect()
     }
 
     /// Waits until no webhook is queued, being sent or waiting for a retry.
@@ -365,11 +386,32 @@ async fn dispatch(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Job>) {
                 _ = tokio::time::sleep_until(job.due) => {}
                 _ = shutdown.changed() => return,
             }
-            for copy in 1..=faults.duplicates.max(1) {
-                if !send(&inner, &job, copy, 1).await && inner.retry.max_attempts > 1 {
-                    tokio::spawn(retry(inner.clone(), job.clone(), copy));
-                }
-            }
+            let Some(senders) = inner.senders.clone() else {
+                deliver(&inner, &job, faults.duplicates).await;
+                continue;
+            };
+            let permit = tokio::select! {
+                permit = senders.acquire_owned() => permit,
+                _ = shutdown.changed() => return,
+            };
+            // The semaphore is never closed, so a permit always comes; were it
+            // closed, the job would be dropped as at shutdown.
+            let Ok(permit) = permit else { return };
+            let (inner, duplicates) = (inner.clone(), faults.duplicates);
+            tokio::spawn(async move {
+                deliver(&inner, &job, duplicates).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// The first attempt of each copy of `job`; a copy not acknowledged is retried
+/// by a task of its own.
+async fn deliver(inner: &Arc<Inner>, job: &Job, duplicates: u32) {
+    for copy in 1..=duplicates.max(1) {
+        if !send(inner, job, copy, 1).await && inner.retry.max_attempts > 1 {
+            tokio::spawn(retry(inner.clone(), job.clone(), copy));
         }
     }
 }
@@ -452,7 +494,12 @@ async fn send(inner: &Inner, job: &Job, copy: u32, attempt: u32) -> bool {
         acknowledged,
         sent_at_unix_ms: sent_at,
     };
-    lock(&inner.records).push(record);
+    let mut records = lock(&inner.records);
+    if records.len() >= MAX_DELIVERY_RECORDS {
+        records.pop_front();
+    }
+    records.push_back(record);
+    drop(records);
     acknowledged
 }
 

@@ -154,6 +154,32 @@ async fn every_webhook_is_sent_as_many_times_as_the_duplicates_setting_says() {
 }
 
 #[tokio::test]
+async fn with_several_senders_that_many_webhooks_are_in_flight_at_once_and_none_is_lost() {
+    let (sb, receiver) = sandbox_and_gated_receiver(4).await;
+    for n in 0..6 {
+        stripe_create(
+            &sb,
+            &format!("att_par_{n}"),
+            "pm_card_visa",
+            "1000",
+            "automatic",
+        )
+        .await;
+    }
+    receiver.wait_in_flight(4).await;
+    // One answered frees one sender, which takes the next webhook.
+    receiver.release(1);
+    receiver.wait_in_flight(4).await;
+    receiver.release(1_000);
+    assert!(sb.wait_webhooks_idle(Duration::from_secs(5)).await);
+    let deliveries = sb.deliveries();
+    assert!(deliveries.len() >= 6, "{}", deliveries.len());
+    assert!(deliveries.iter().all(|d| d.acknowledged));
+    assert_eq!(receiver.received().len(), deliveries.len());
+    assert_eq!(receiver.max_in_flight(), 4);
+}
+
+#[tokio::test]
 async fn reordering_shuffles_a_window_of_webhooks_and_loses_none() {
     let faults = DeliveryFaults {
         reorder_window: 6,

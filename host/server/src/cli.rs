@@ -117,6 +117,13 @@ pub struct DemoArgs {
     /// Directory of built adapters [default: SLUICE_ADAPTERS_DIR, else target/adapters].
     #[arg(long, value_name = "DIR")]
     pub adapters_dir: Option<PathBuf>,
+    /// How many of the sandbox PSP's webhook requests may be in flight at once;
+    /// 1 sends them one after another, in order. More keeps pace with a
+    /// gateway under load, as a PSP that delivers concurrently does (the
+    /// benchmark's setting).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub webhook_senders: u16,
 }
 
 #[derive(Debug, Args)]

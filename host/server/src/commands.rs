@@ -158,10 +158,14 @@ async fn demo(mut config: Config, args: DemoArgs) -> Result<(), CommandError> {
     let report = server.ready().await;
     let mut banner = demo_banner(&config, &server.url(), &report);
     let services = server.services();
-    let demo = crate::demo_setup::set_up(
+    let options = crate::demo_setup::DemoOptions {
+        webhook_senders: usize::from(args.webhook_senders),
+    };
+    let demo = crate::demo_setup::set_up_with(
         services.orchestrator.store(),
         &services.merchant_api.pepper,
         &server.url(),
+        options,
     )
     .await?;
     banner.push_str(&crate::demo_setup::payment_banner(&server.url(), &demo));

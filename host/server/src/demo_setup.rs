@@ -71,6 +71,20 @@ pub async fn create_operators(
     Ok(operators)
 }
 
+/// How the demo's sandbox PSP behaves beyond its defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoOptions {
+    /// How many of the sandbox's webhook requests may be in flight at once
+    /// (`SandboxConfig::webhook_senders`): 1 sends them in order.
+    pub webhook_senders: usize,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        Self { webhook_senders: 1 }
+    }
+}
+
 /// Start the sandbox PSP and create a demo merchant whose connector
 /// accounts point at it; the sandbox's webhooks go to `gateway_url`.
 pub async fn set_up(
@@ -78,11 +92,22 @@ pub async fn set_up(
     pepper: &ApiKeyPepper,
     gateway_url: &str,
 ) -> Result<DemoSetup, DemoError> {
+    set_up_with(store, pepper, gateway_url, DemoOptions::default()).await
+}
+
+/// [`set_up`] with a sandbox set up as `options` say.
+pub async fn set_up_with(
+    store: &Store,
+    pepper: &ApiKeyPepper,
+    gateway_url: &str,
+    options: DemoOptions,
+) -> Result<DemoSetup, DemoError> {
     let sandbox = sluice_sandbox_psp::start(SandboxConfig {
         stripe_api_keys: vec![
             DEFAULT_STRIPE_API_KEY.to_owned(),
             DEMO_SECOND_STRIPE_API_KEY.to_owned(),
         ],
+        webhook_senders: options.webhook_senders,
         ..SandboxConfig::default()
     })
     .await

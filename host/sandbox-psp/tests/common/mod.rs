@@ -5,7 +5,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -226,6 +228,10 @@ pub struct Received {
 struct ReceiverState {
     received: Arc<Mutex<Vec<Received>>>,
     fail_next: Arc<AtomicUsize>,
+    /// Some: each request waits for a permit the test hands out before it is answered.
+    gate: Option<Arc<Semaphore>>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
 }
 
 /// Records every webhook it gets; answers 500 to the next `fail_next` ones, then 200.
@@ -236,7 +242,47 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start() -> Self {
-        let state = ReceiverState::default();
+        Self::serve(ReceiverState::default()).await
+    }
+
+    /// A receiver that answers a request only once [`Receiver::release`] lets it.
+    pub async fn start_gated() -> Self {
+        Self::serve(ReceiverState {
+            gate: Some(Arc::new(Semaphore::new(0))),
+            ..ReceiverState::default()
+        })
+        .await
+    }
+
+    /// Lets `n` more held requests (or later ones) be answered.
+    pub fn release(&self, n: usize) {
+        if let Some(gate) = &self.state.gate {
+            gate.add_permits(n);
+        }
+    }
+
+    /// Requests arrived and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that were ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` requests are in flight at once (or panics after 5 s).
+    pub async fn wait_in_flight(&self, n: usize) {
+        for _ in 0..500 {
+            if self.in_flight() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("expected {n} webhooks in flight, got {}", self.in_flight());
+    }
+
+    async fn serve(state: ReceiverState) -> Self {
         let app = Router::new()
             .route("/webhooks/{adapter}/{account}", post(receive))
             .with_state(state.clone());
@@ -312,6 +358,15 @@ async fn receive(
     if let Ok(mut v) = state.received.lock() {
         v.push(record);
     }
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    if let Some(gate) = &state.gate {
+        // Never closed: a permit always comes once the test releases one.
+        if let Ok(permit) = gate.acquire().await {
+            permit.forget();
+        }
+    }
+    state.in_flight.fetch_sub(1, Ordering::SeqCst);
     let failing = state
         .fail_next
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -334,6 +389,18 @@ pub async fn sandbox_and_receiver(faults: DeliveryFaults) -> (SandboxHandle, Rec
     config
         .webhook_targets
         .insert("adyen_test".into(), receiver.adyen_target());
+    (sandbox_with(config).await, receiver)
+}
+
+/// A sandbox with `senders` webhook senders whose Stripe-format webhooks go to a
+/// gated receiver.
+pub async fn sandbox_and_gated_receiver(senders: usize) -> (SandboxHandle, Receiver) {
+    let receiver = Receiver::start_gated().await;
+    let mut config = fast_config();
+    config.webhook_senders = senders;
+    config
+        .webhook_targets
+        .insert("stripe_test".into(), receiver.stripe_target());
     (sandbox_with(config).await, receiver)
 }
 

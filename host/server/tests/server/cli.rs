@@ -258,6 +258,21 @@ async fn a_missing_or_invalid_config_file_is_a_clear_error() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_demo_refuses_a_webhook_sender_count_outside_1_to_64_before_starting() {
+    let data = tempfile::tempdir().unwrap();
+    for bad in ["0", "65", "many"] {
+        let out = sluice(&["demo", "--webhook-senders", bad], &[], data.path()).await;
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--webhook-senders"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "{bad}: {}", stdout(&out));
+    }
+}
+
 /// Sends SIGTERM to a child and waits (bounded) for it to exit.
 async fn terminate(child: &mut tokio::process::Child) -> std::process::ExitStatus {
     let pid = child.id().expect("child is running").to_string();
@@ -281,6 +296,7 @@ async fn sluice_demo_prints_what_it_loaded_serves_the_admin_api_and_stops_on_sig
     let dir = adapters_subset(&[WELL_BEHAVED, "stripe"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["demo", "--adapters-dir", dir.path().to_str().unwrap()])
+        .args(["--webhook-senders", "4"])
         .env_remove("SLUICE_ADMIN_TOKEN")
         .env_remove("SLUICE_MASTER_KEY")
         .env_remove("SLUICE_DATABASE_URL")
