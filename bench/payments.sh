@@ -341,8 +341,9 @@ curl -sf "$BASE/metrics" | grep -E '^sluice_adapter_calls_shed_total' | sed 's/^
 # commits into one gains little (BENCHMARKS.md, session 12), so floor ÷ INSERT
 # tps is near the most goal 1's ratio can be. The floor writes each payment's
 # rows alone, in 11 commits; the gateway shares the inbox's, the claims' and the
-# publisher's statements between payments (8.3 commits a payment), which is why
-# it can settle a little faster than the floor.
+# publisher's statements between payments (6.6 commits a payment). Until the
+# settled figure waited for every webhook (session 18), the gateway seemed to
+# settle faster than its floor: most of its webhooks came after the run.
 # The template is looked up among the demo account's webhooks only (the
 # inbox's unique index leads with adapter and account): the ingest phase left
 # tens of thousands of rows of another account that a LIKE would otherwise read.
