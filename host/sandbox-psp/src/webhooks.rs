@@ -1,5 +1,5 @@
 //! Webhook delivery: signing, duplicates, delay, reordering, retries and a log of
-//! every attempt with the gateway's answer.
+//! the latest attempts with the gateway's answer.
 //!
 //! One dispatcher task takes first attempts in order (after an optional shuffle of
 //! a window) and, with one sender (the default), sends each before taking the
