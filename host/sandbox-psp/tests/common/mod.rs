@@ -380,27 +380,29 @@ async fn receive(
 
 /// A sandbox whose webhooks go to a fresh receiver, with the given delivery faults.
 pub async fn sandbox_and_receiver(faults: DeliveryFaults) -> (SandboxHandle, Receiver) {
-    let receiver = Receiver::start().await;
     let mut config = fast_config();
     config.delivery = faults;
+    sandbox_sending_to(Receiver::start().await, config).await
+}
+
+/// A sandbox with `senders` webhook senders whose webhooks go to a gated receiver.
+pub async fn sandbox_and_gated_receiver(senders: usize) -> (SandboxHandle, Receiver) {
+    let mut config = fast_config();
+    config.webhook_senders = senders;
+    sandbox_sending_to(Receiver::start_gated().await, config).await
+}
+
+/// A sandbox set up as `config` says whose webhooks of both formats go to `receiver`.
+async fn sandbox_sending_to(
+    receiver: Receiver,
+    mut config: SandboxConfig,
+) -> (SandboxHandle, Receiver) {
     config
         .webhook_targets
         .insert("stripe_test".into(), receiver.stripe_target());
     config
         .webhook_targets
         .insert("adyen_test".into(), receiver.adyen_target());
-    (sandbox_with(config).await, receiver)
-}
-
-/// A sandbox with `senders` webhook senders whose Stripe-format webhooks go to a
-/// gated receiver.
-pub async fn sandbox_and_gated_receiver(senders: usize) -> (SandboxHandle, Receiver) {
-    let receiver = Receiver::start_gated().await;
-    let mut config = fast_config();
-    config.webhook_senders = senders;
-    config
-        .webhook_targets
-        .insert("stripe_test".into(), receiver.stripe_target());
     (sandbox_with(config).await, receiver)
 }
 
