@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sluice_adapter_runtime::{
     AdapterRuntime, BulkheadConfig, RuntimeConfig, SandboxLimits, WarmConfig,
 };
-use sluice_store::{SecretBox, Store, StoreError, StoreOptions};
+use sluice_store::{ApiKeyPepper, SecretBox, Store, StoreError, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -162,40 +162,14 @@ pub async fn start(
             "secrets at rest sealed under the current master key"
         );
     }
-    let runtime = AdapterRuntime::new(RuntimeConfig {
-        cache_dir: Some(config.adapter_cache_dir()),
-        default_limits: sandbox_limits(&config.default_limits, SandboxLimits::default()),
-        max_concurrent_instances: config
-            .bulkhead
-            .slots
-            .unwrap_or(RuntimeConfig::default().max_concurrent_instances),
-        bulkhead: config.bulkhead.over(BulkheadConfig::default()),
-        warm: config.bulkhead.warm_over(WarmConfig::default()),
-        ..RuntimeConfig::default()
-    })?;
+    let runtime = adapter_runtime(config)?;
     let adapters = Arc::new(AdapterManager::new(runtime, config));
     let auth = AdminAuth::new(config.admin_token.as_ref().map(|t| t.expose()));
     if !auth.is_enabled() {
         tracing::warn!("no admin token configured (SLUICE_ADMIN_TOKEN): the admin API is disabled");
     }
     let pepper = load_or_create_pepper(&config.data_dir)?;
-    let services = PaymentServices::new(
-        store.clone(),
-        adapters.runtime().clone(),
-        pepper,
-        PaymentSettings {
-            nats_url: non_empty_env("SLUICE_NATS_URL"),
-            // Plain-http merchant endpoints only for a gateway that is itself
-            // only reachable from this machine (demo, tests).
-            allow_http_endpoints: config.listen.ip().is_loopback(),
-            nats_stream: non_empty_env("SLUICE_NATS_STREAM"),
-            nats_subject_prefix: non_empty_env("SLUICE_NATS_SUBJECT_PREFIX"),
-            workers: config.workers.clone(),
-            adapter_recovery: config.adapter_recovery.clone(),
-            webhooks: config.webhooks,
-            psp_calls: config.psp_calls,
-        },
-    )?;
+    let services = payment_services(config, store.clone(), &adapters, pepper)?;
     let payment_routes = services.router(auth.clone());
     let state = AppState::new(
         auth,
@@ -204,19 +178,7 @@ pub async fn start(
         services.orchestrator.clone(),
     );
 
-    let listener = match listener {
-        Some(listener) => listener,
-        None => TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: config.listen,
-                source,
-            })?,
-    };
-    let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+    let (listener, local_addr) = bind(config, listener).await?;
 
     let (report_tx, report_rx) = watch::channel(None);
     let loader_state = state.clone();
@@ -250,6 +212,67 @@ pub async fn start(
         stop_workers,
         workers,
     })
+}
+
+/// The adapter runtime, with the configured sandbox limits and bulkheads.
+fn adapter_runtime(config: &Config) -> Result<AdapterRuntime, StartError> {
+    Ok(AdapterRuntime::new(RuntimeConfig {
+        cache_dir: Some(config.adapter_cache_dir()),
+        default_limits: sandbox_limits(&config.default_limits, SandboxLimits::default()),
+        max_concurrent_instances: config
+            .bulkhead
+            .slots
+            .unwrap_or(RuntimeConfig::default().max_concurrent_instances),
+        bulkhead: config.bulkhead.over(BulkheadConfig::default()),
+        warm: config.bulkhead.warm_over(WarmConfig::default()),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+fn payment_services(
+    config: &Config,
+    store: Store,
+    adapters: &AdapterManager,
+    pepper: ApiKeyPepper,
+) -> Result<PaymentServices, StartError> {
+    Ok(PaymentServices::new(
+        store,
+        adapters.runtime().clone(),
+        pepper,
+        PaymentSettings {
+            nats_url: non_empty_env("SLUICE_NATS_URL"),
+            // Plain-http merchant endpoints only for a gateway that is itself
+            // only reachable from this machine (demo, tests).
+            allow_http_endpoints: config.listen.ip().is_loopback(),
+            nats_stream: non_empty_env("SLUICE_NATS_STREAM"),
+            nats_subject_prefix: non_empty_env("SLUICE_NATS_SUBJECT_PREFIX"),
+            workers: config.workers.clone(),
+            adapter_recovery: config.adapter_recovery.clone(),
+            webhooks: config.webhooks,
+            psp_calls: config.psp_calls,
+        },
+    )?)
+}
+
+/// The given listener, or one bound to `config.listen`, with its address.
+async fn bind(
+    config: &Config,
+    listener: Option<TcpListener>,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = match listener {
+        Some(listener) => listener,
+        None => TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.listen,
+                source,
+            })?,
+    };
+    let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    Ok((listener, local_addr))
 }
 
 fn non_empty_env(name: &str) -> Option<String> {

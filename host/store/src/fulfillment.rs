@@ -31,8 +31,8 @@ use crate::reserve::reserve_compensation_in;
 use crate::{Store, StoreError};
 use sluice_core::{
     decide_fulfillment, guard_compensation, Compensation, CompensationReason, FulfillmentDecision,
-    FulfillmentEffect, FulfillmentInput, FulfillmentMode, FulfillmentPolicy, FulfillmentSnapshot,
-    FulfillmentState, ReviewReason,
+    FulfillmentEffect, FulfillmentEvent, FulfillmentInput, FulfillmentMode, FulfillmentPolicy,
+    FulfillmentSnapshot, FulfillmentState, ReviewReason,
 };
 use sqlx::Row;
 
@@ -254,7 +254,42 @@ pub(crate) async fn fulfillment_in(
     at: At<'_>,
     bump_payment: bool,
 ) -> Result<Step<FulfillmentApplied>, StoreError> {
-    let now = at.now;
+    let decided = decide_in(tx, payment_id, input, policy, at.now).await?;
+    if !decided.write_version(tx, bump_payment, at.now).await? {
+        return Ok(Step::Retry);
+    }
+    let compensation_refund = decided.reserve_compensation(tx, provenance, at).await?;
+    let history_id = decided.append_history(tx, provenance, at.now).await?;
+    let payment_version = decided.order.version + i64::from(decided.applied() && bump_payment);
+    let outbox_event_ids = decided.emit(tx, payment_version, at).await?;
+    Ok(Step::Done(decided.into_applied(
+        history_id,
+        outbox_event_ids,
+        compensation_refund,
+    )))
+}
+
+/// One fulfillment decision on its way into the caller's transaction: the
+/// row the core saw, its decision, and what the row holds after it.
+struct Decided<'a> {
+    input: &'a FulfillmentInput,
+    order: PaymentOrder,
+    record: Record,
+    snapshot: FulfillmentSnapshot,
+    decision: FulfillmentDecision,
+    after: FulfillmentSnapshot,
+    new_state: FulfillmentState,
+}
+
+/// Steps 1 and 2: read the order's fulfillment, and the core decides (a
+/// compensation refund capped by what is still refundable).
+async fn decide_in<'a>(
+    tx: &mut Conn,
+    payment_id: &str,
+    input: &'a FulfillmentInput,
+    policy: &FulfillmentPolicy,
+    now: i64,
+) -> Result<Decided<'a>, StoreError> {
     let order = order_in(tx, payment_id).await?;
     let Some((snapshot, record)) = snapshot_in(tx, &order, input).await? else {
         return Err(StoreError::InvalidState {
@@ -276,32 +311,78 @@ pub(crate) async fn fulfillment_in(
     }
     let after = snapshot.applied(&decision);
     let new_state = decision.new_state().unwrap_or(snapshot.state);
-    let applied = decision.is_apply();
-    let effects = decision.effects();
+    Ok(Decided {
+        input,
+        order,
+        record,
+        snapshot,
+        decision,
+        after,
+        new_state,
+    })
+}
 
-    // Step 3: CAS on the fulfillment version (applied or not).
-    let next_check_at = if applied {
-        let scheduled = effects.iter().find_map(|e| match e {
+impl Decided<'_> {
+    fn applied(&self) -> bool {
+        self.decision.is_apply()
+    }
+
+    /// When the scanner next wakes this fulfillment up.
+    fn next_check_at(&self) -> Option<i64> {
+        if !self.applied() {
+            return self.record.next_check_at;
+        }
+        let scheduled = self.decision.effects().iter().find_map(|e| match e {
             FulfillmentEffect::ScheduleCheck { at_ms, .. } => Some(*at_ms),
             _ => None,
         });
-        match new_state {
-            FulfillmentState::AwaitingFulfillment => scheduled.or(record.next_check_at),
+        match self.new_state {
+            FulfillmentState::AwaitingFulfillment => scheduled.or(self.record.next_check_at),
             // The compensation refund's own recovery drives it from here;
             // terminal and frozen fulfillments are not woken up.
             _ => None,
         }
-    } else {
-        record.next_check_at
-    };
-    let review_json = after
-        .review
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| StoreError::Unapplicable(format!("review reason: {e}")))?;
-    let done = if applied {
-        sqlx::query(
+    }
+
+    /// Step 3: CAS on the fulfillment version, applied or not (an unapplied
+    /// decision confirms the version it was taken on). False: it moved.
+    async fn write_version(
+        &self,
+        tx: &mut Conn,
+        bump_payment: bool,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let rows = if self.applied() {
+            self.write_applied(tx, bump_payment, now).await?
+        } else {
+            sqlx::query(
+                "UPDATE payment_orders SET fulfillment_version = fulfillment_version \
+                 WHERE id = $1 AND fulfillment_version = $2",
+            )
+            .bind(&self.order.id)
+            .bind(self.snapshot.version)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        };
+        Ok(rows == 1)
+    }
+
+    async fn write_applied(
+        &self,
+        tx: &mut Conn,
+        bump_payment: bool,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let after = &self.after;
+        let review_json = after
+            .review
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Unapplicable(format!("review reason: {e}")))?;
+        let compensation = after.compensation.as_ref();
+        let done = sqlx::query(
             "UPDATE payment_orders SET fulfillment_state = $3, \
                 fulfillment_version = fulfillment_version + 1, \
                 version = version + $4, updated_at = $5, \
@@ -310,92 +391,113 @@ pub(crate) async fn fulfillment_in(
                 compensation_reason = $10, fulfillment_review_json = $11 \
              WHERE id = $1 AND fulfillment_version = $2",
         )
-        .bind(&order.id)
-        .bind(snapshot.version)
-        .bind(new_state.as_str())
+        .bind(&self.order.id)
+        .bind(self.snapshot.version)
+        .bind(self.new_state.as_str())
         .bind(i64::from(bump_payment))
         .bind(now)
         .bind(after.attempt_reference.as_deref())
         .bind(i64::from(after.checks))
-        .bind(next_check_at)
-        .bind(
-            after
-                .compensation
-                .as_ref()
-                .map(|c| c.refund_reference.as_str()),
-        )
-        .bind(after.compensation.as_ref().map(|c| c.reason.as_str()))
+        .bind(self.next_check_at())
+        .bind(compensation.map(|c| c.refund_reference.as_str()))
+        .bind(compensation.map(|c| c.reason.as_str()))
         .bind(review_json.as_deref())
         .execute(&mut *tx)
-        .await?
-    } else {
-        sqlx::query(
-            "UPDATE payment_orders SET fulfillment_version = fulfillment_version \
-             WHERE id = $1 AND fulfillment_version = $2",
-        )
-        .bind(&order.id)
-        .bind(snapshot.version)
-        .execute(&mut *tx)
-        .await?
-    };
-    if done.rows_affected() != 1 {
-        return Ok(Step::Retry);
+        .await?;
+        Ok(done.rows_affected())
     }
-    let payment_version = order.version + i64::from(applied && bump_payment);
 
-    // Step 4: the compensation refund, reserved in this transaction.
-    let mut compensation_refund = None;
-    for effect in effects {
-        if let FulfillmentEffect::StartCompensationRefund {
-            refund_reference,
-            reason,
-        } = effect
-        {
-            let reservation = reserve_compensation_in(
-                tx,
-                &order,
+    /// Step 4: the compensation refund, reserved in this transaction.
+    async fn reserve_compensation(
+        &self,
+        tx: &mut Conn,
+        provenance: &Provenance,
+        at: At<'_>,
+    ) -> Result<Option<Refund>, StoreError> {
+        let mut refund = None;
+        for effect in self.decision.effects() {
+            if let FulfillmentEffect::StartCompensationRefund {
                 refund_reference,
-                reason.as_str(),
-                provenance,
-                at,
-            )
-            .await?;
-            compensation_refund = Some(reservation.record);
+                reason,
+            } = effect
+            {
+                let reservation = reserve_compensation_in(
+                    tx,
+                    &self.order,
+                    refund_reference,
+                    reason.as_str(),
+                    provenance,
+                    at,
+                )
+                .await?;
+                refund = Some(reservation.record);
+            }
         }
+        Ok(refund)
     }
 
-    // Step 5: history, for every decision.
-    let reason = decision.explain();
-    let raw_input = serde_json::to_string(input).unwrap_or_default();
-    let history_id = history::append(
-        tx,
-        &NewHistory {
-            payment_id: &order.id,
+    /// Step 5: history, for every decision.
+    async fn append_history(
+        &self,
+        tx: &mut Conn,
+        provenance: &Provenance,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let reason = self.decision.explain();
+        let raw_input = serde_json::to_string(self.input).unwrap_or_default();
+        let row = NewHistory {
+            payment_id: &self.order.id,
             aggregate_type: "order",
-            aggregate_id: &order.id,
-            from_state: Some(snapshot.state.as_str()),
-            to_state: new_state.as_str(),
-            from_version: Some(snapshot.version),
-            to_version: after.version,
-            event_kind: input_kind(input),
+            aggregate_id: &self.order.id,
+            from_state: Some(self.snapshot.state.as_str()),
+            to_state: self.new_state.as_str(),
+            from_version: Some(self.snapshot.version),
+            to_version: self.after.version,
+            event_kind: input_kind(self.input),
             evidence_source: "fulfillment",
             raw_status: Some(&raw_input),
-            decision: history_decision(&decision),
+            decision: history_decision(&self.decision),
             reason: &reason,
             provenance: Some(provenance),
             ..NewHistory::default()
-        },
-        now,
-    )
-    .await?;
-
-    // Step 6: outbox.
-    let mut outbox_event_ids = Vec::new();
-    for effect in effects {
-        let FulfillmentEffect::Emit(event) = effect else {
-            continue;
         };
-        let payload = serde_json::json!({
+        history::append(tx, &row, now).await
+    }
+
+    /// Step 6: the `fulfillment.*` events for the merchant.
+    async fn emit(
+        &self,
+        tx: &mut Conn,
+        payment_version: i64,
+        at: At<'_>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut ids = Vec::new();
+        for effect in self.decision.effects() {
+            let FulfillmentEffect::Emit(event) = effect else {
+                continue;
+            };
+            let new = NewOutboxEvent {
+                event_type: event.as_str(),
+                payment_id: &self.order.id,
+                merchant_id: &self.order.merchant_id,
+                aggregate_type: "order",
+                aggregate_id: &self.order.id,
+                payment_version,
+                payload: self.event_payload(*event, payment_version, at.now),
+            };
+            ids.push(outbox::insert(tx, &new, at).await?);
+        }
+        Ok(ids)
+    }
+
+    fn event_payload(
+        &self,
+        event: FulfillmentEvent,
+        payment_version: i64,
+        now: i64,
+    ) -> serde_json::Value {
+        let (order, after) = (&self.order, &self.after);
+        serde_json::json!({
             "type": event.as_str(),
             "payment_id": order.id,
             "merchant_id": order.merchant_id,
@@ -405,7 +507,7 @@ pub(crate) async fn fulfillment_in(
             "amount_minor": order.amount.amount_minor,
             "currency": order.amount.currency.as_str(),
             "fulfillment": {
-                "state": new_state.as_str(),
+                "state": self.new_state.as_str(),
                 "version": after.version,
                 "biz_key": after.biz_key,
                 "deadline": after.deadline_ms,
@@ -417,42 +519,38 @@ pub(crate) async fn fulfillment_in(
                 })),
                 "review_reason": after.review.as_ref().map(ToString::to_string),
             },
-            "reason": reason,
+            "reason": self.decision.explain(),
             "dedupe_key": format!("{}:{}:{}", event.as_str(), order.id, after.version),
             "occurred_at": now,
-        });
-        let id = outbox::insert(
-            tx,
-            &NewOutboxEvent {
-                event_type: event.as_str(),
-                payment_id: &order.id,
-                merchant_id: &order.merchant_id,
-                aggregate_type: "order",
-                aggregate_id: &order.id,
-                payment_version,
-                payload,
-            },
-            at,
-        )
-        .await?;
-        outbox_event_ids.push(id);
+        })
     }
-    let alert = matches!(decision, FulfillmentDecision::NeedsReview(_))
-        || effects.contains(&FulfillmentEffect::AlertContradictoryFact);
-    Ok(Step::Done(FulfillmentApplied {
-        payment_id: order.id.clone(),
-        merchant_id: order.merchant_id.clone(),
-        from_state: snapshot.state,
-        to_state: new_state,
-        version: after.version,
-        snapshot: after,
-        decision,
-        history_id,
-        outbox_event_ids,
-        compensation_refund,
-        alert,
-        tries: 1,
-    }))
+
+    fn into_applied(
+        self,
+        history_id: i64,
+        outbox_event_ids: Vec<String>,
+        compensation_refund: Option<Refund>,
+    ) -> FulfillmentApplied {
+        let alert = matches!(self.decision, FulfillmentDecision::NeedsReview(_))
+            || self
+                .decision
+                .effects()
+                .contains(&FulfillmentEffect::AlertContradictoryFact);
+        FulfillmentApplied {
+            payment_id: self.order.id,
+            merchant_id: self.order.merchant_id,
+            from_state: self.snapshot.state,
+            to_state: self.new_state,
+            version: self.after.version,
+            snapshot: self.after,
+            decision: self.decision,
+            history_id,
+            outbox_event_ids,
+            compensation_refund,
+            alert,
+            tries: 1,
+        }
+    }
 }
 
 /// Inside the payment door: the fulfillment input a just-applied payment

@@ -396,40 +396,7 @@ pub(crate) async fn reserve_compensation_in(
     let amount = amounts.refundable_minor();
     let attempt = succeeded_attempt(tx, order).await?;
     let payment_version = bump_payment_version(tx, &order.id, now).await?;
-    let reserved = sqlx::query(
-        "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
-         WHERE payment_id = $1 AND $2 > 0 \
-           AND captured_minor - refunded_minor - refund_reserved_minor >= $2 \
-           AND EXISTS (SELECT 1 FROM payment_orders o WHERE o.id = $1 \
-                 AND o.fulfillment_state = 'compensating' \
-                 AND o.fulfillment_state <> 'fulfilled' \
-                 AND o.compensation_refund_reference = $3)",
-    )
-    .bind(&order.id)
-    .bind(amount)
-    .bind(refund_reference)
-    .execute(&mut *tx)
-    .await?;
-    if reserved.rows_affected() == 0 {
-        let row = sqlx::query(
-            "SELECT fulfillment_state, compensation_refund_reference FROM payment_orders WHERE id = $1",
-        )
-        .bind(&order.id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let state: Option<String> = row.try_get("fulfillment_state")?;
-        let state = state.unwrap_or_else(|| "none".into());
-        return Err(StoreError::InvalidState {
-            entity: "payment",
-            id: order.id.clone(),
-            state: format!("fulfillment {state}"),
-            reason: format!(
-                "the compensation refund {refund_reference} may only be reserved while the \
-                 fulfillment is compensating under that reference, with money to return \
-                 (refundable {amount}); a fulfilled payment is never compensated"
-            ),
-        });
-    }
+    reserve_compensation_amount(tx, &order.id, amount, refund_reference).await?;
     let money = Money {
         amount_minor: amount,
         currency: amounts.currency,
@@ -472,6 +439,52 @@ pub(crate) async fn reserve_compensation_in(
         history_id,
         outbox_event_id,
         replayed: false,
+    })
+}
+
+/// The compensation's reservation: the same conditional UPDATE as every
+/// refund's, with the fulfillment guard in the statement itself. A refusal
+/// changes nothing and is an error.
+async fn reserve_compensation_amount(
+    tx: &mut Conn,
+    payment_id: &str,
+    amount: i64,
+    refund_reference: &str,
+) -> Result<(), StoreError> {
+    let reserved = sqlx::query(
+        "UPDATE payment_amounts SET refund_reserved_minor = refund_reserved_minor + $2 \
+         WHERE payment_id = $1 AND $2 > 0 \
+           AND captured_minor - refunded_minor - refund_reserved_minor >= $2 \
+           AND EXISTS (SELECT 1 FROM payment_orders o WHERE o.id = $1 \
+                 AND o.fulfillment_state = 'compensating' \
+                 AND o.fulfillment_state <> 'fulfilled' \
+                 AND o.compensation_refund_reference = $3)",
+    )
+    .bind(payment_id)
+    .bind(amount)
+    .bind(refund_reference)
+    .execute(&mut *tx)
+    .await?;
+    if reserved.rows_affected() != 0 {
+        return Ok(());
+    }
+    let row = sqlx::query(
+        "SELECT fulfillment_state, compensation_refund_reference FROM payment_orders WHERE id = $1",
+    )
+    .bind(payment_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let state: Option<String> = row.try_get("fulfillment_state")?;
+    let state = state.unwrap_or_else(|| "none".into());
+    Err(StoreError::InvalidState {
+        entity: "payment",
+        id: payment_id.to_owned(),
+        state: format!("fulfillment {state}"),
+        reason: format!(
+            "the compensation refund {refund_reference} may only be reserved while the \
+             fulfillment is compensating under that reference, with money to return \
+             (refundable {amount}); a fulfilled payment is never compensated"
+        ),
     })
 }
 

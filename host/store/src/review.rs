@@ -9,7 +9,7 @@ use sqlx::any::AnyRow;
 
 use crate::db::{int, opt_int, opt_text, text};
 use crate::merchants::ApiKeyPepper;
-use crate::payments::PendingKind;
+use crate::payments::{PaymentOrder, PendingKind};
 use crate::{ids, Store, StoreError};
 
 /// One person allowed to propose and approve resolutions.
@@ -379,85 +379,8 @@ impl Store {
     /// the proposer saw them. Changes no payment state.
     pub async fn create_proposal(&self, new: &NewProposal) -> Result<Proposal, ReviewError> {
         let order = self.get_payment(None, &new.payment_id).await?;
-        if new.psp_reference.is_some() && !new.outcome.is_success() {
-            return Err(ReviewError::NotApplicable(format!(
-                "psp_reference is evidence of a success; {} carries none",
-                new.outcome.as_str()
-            )));
-        }
-        let manual_refund = new.outcome == ReviewOutcome::ManualRefund;
-        if manual_refund != new.amount_minor.is_some() || new.amount_minor.is_some_and(|a| a <= 0) {
-            return Err(ReviewError::NotApplicable(
-                "a positive amount goes with manual_refund, and only with it".into(),
-            ));
-        }
-        let (target_id, target_state, target_version) = match new.outcome.target_kind() {
-            None if manual_refund => (
-                order.id.clone(),
-                order.state.as_str().to_owned(),
-                order.version,
-            ),
-            None if new.outcome.fulfillment_resolution("").is_some() => {
-                // Checked here so the proposer hears it now, not the approver.
-                if let Some(Err(refused)) = new.outcome.fulfillment_resolution(&new.reason_code) {
-                    return Err(refused);
-                }
-                let frozen = self
-                    .fulfillment_snapshot(&order.id)
-                    .await?
-                    .is_some_and(|f| f.state == sluice_core::FulfillmentState::ManualReview);
-                if !frozen {
-                    return Err(ReviewError::NotApplicable(
-                        "the payment's fulfillment is not under manual review".into(),
-                    ));
-                }
-                (
-                    order.id.clone(),
-                    order.state.as_str().to_owned(),
-                    order.version,
-                )
-            }
-            None => {
-                if !order.manual_review {
-                    return Err(ReviewError::NotApplicable(
-                        "the payment is not flagged for manual review: nothing to dismiss".into(),
-                    ));
-                }
-                (
-                    order.id.clone(),
-                    order.state.as_str().to_owned(),
-                    order.version,
-                )
-            }
-            Some(kind) => {
-                let id = new.target_id.as_deref().ok_or_else(|| {
-                    ReviewError::NotApplicable(format!(
-                        "outcome {} needs the id of the {}",
-                        new.outcome.as_str(),
-                        new.outcome.target_type()
-                    ))
-                })?;
-                let (payment_id, state, version) = match kind {
-                    PendingKind::Attempt => {
-                        let a = self.get_attempt(id).await?;
-                        (a.payment_id, a.state.as_str(), a.version)
-                    }
-                    PendingKind::Refund => {
-                        let r = self.get_refund(id).await?;
-                        (r.payment_id, r.state.as_str(), r.version)
-                    }
-                    PendingKind::Capture => {
-                        let c = self.get_capture(id).await?;
-                        (c.payment_id, c.state.as_str(), c.version)
-                    }
-                };
-                if payment_id != order.id {
-                    return Err(StoreError::not_found(new.outcome.target_type(), id).into());
-                }
-                self.check_evidence_reference(new, id).await?;
-                (id.to_owned(), state.to_owned(), version)
-            }
-        };
+        check_proposal_shape(new)?;
+        let (target_id, target_state, target_version) = self.proposal_target(new, &order).await?;
         let proposal = Proposal {
             id: ids::mint(&self.env, "rvp"),
             payment_id: order.id.clone(),
@@ -479,6 +402,89 @@ impl Store {
             decision_note: None,
             result: None,
         };
+        self.insert_proposal(&proposal).await?;
+        tracing::info!(payment_id = %proposal.payment_id, proposal = %proposal.id,
+            outcome = %proposal.outcome, operator = %proposal.proposed_by, "resolution proposed");
+        Ok(proposal)
+    }
+
+    /// What the proposal is about, as the proposer sees it now: its id,
+    /// state and version (the payment itself for outcomes without a target).
+    async fn proposal_target(
+        &self,
+        new: &NewProposal,
+        order: &PaymentOrder,
+    ) -> Result<(String, String, i64), ReviewError> {
+        let the_payment = || {
+            (
+                order.id.clone(),
+                order.state.as_str().to_owned(),
+                order.version,
+            )
+        };
+        match new.outcome.target_kind() {
+            Some(kind) => self.pending_target(new, order, kind).await,
+            None if new.outcome == ReviewOutcome::ManualRefund => Ok(the_payment()),
+            None if new.outcome.fulfillment_resolution("").is_some() => {
+                // Checked here so the proposer hears it now, not the approver.
+                if let Some(Err(refused)) = new.outcome.fulfillment_resolution(&new.reason_code) {
+                    return Err(refused);
+                }
+                let frozen = self
+                    .fulfillment_snapshot(&order.id)
+                    .await?
+                    .is_some_and(|f| f.state == sluice_core::FulfillmentState::ManualReview);
+                if !frozen {
+                    return Err(ReviewError::NotApplicable(
+                        "the payment's fulfillment is not under manual review".into(),
+                    ));
+                }
+                Ok(the_payment())
+            }
+            None if order.manual_review => Ok(the_payment()),
+            None => Err(ReviewError::NotApplicable(
+                "the payment is not flagged for manual review: nothing to dismiss".into(),
+            )),
+        }
+    }
+
+    /// The attempt, refund or capture an outcome resolves: it must belong to
+    /// the proposal's payment (another payment's answers not found).
+    async fn pending_target(
+        &self,
+        new: &NewProposal,
+        order: &PaymentOrder,
+        kind: PendingKind,
+    ) -> Result<(String, String, i64), ReviewError> {
+        let id = new.target_id.as_deref().ok_or_else(|| {
+            ReviewError::NotApplicable(format!(
+                "outcome {} needs the id of the {}",
+                new.outcome.as_str(),
+                new.outcome.target_type()
+            ))
+        })?;
+        let (payment_id, state, version) = match kind {
+            PendingKind::Attempt => {
+                let a = self.get_attempt(id).await?;
+                (a.payment_id, a.state.as_str(), a.version)
+            }
+            PendingKind::Refund => {
+                let r = self.get_refund(id).await?;
+                (r.payment_id, r.state.as_str(), r.version)
+            }
+            PendingKind::Capture => {
+                let c = self.get_capture(id).await?;
+                (c.payment_id, c.state.as_str(), c.version)
+            }
+        };
+        if payment_id != order.id {
+            return Err(StoreError::not_found(new.outcome.target_type(), id).into());
+        }
+        self.check_evidence_reference(new, id).await?;
+        Ok((id.to_owned(), state.to_owned(), version))
+    }
+
+    async fn insert_proposal(&self, proposal: &Proposal) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO review_proposals (id, payment_id, target_type, target_id, outcome, \
                 reason_code, evidence_note, payment_version, target_state, target_version, \
@@ -500,11 +506,8 @@ impl Store {
         .bind(proposal.amount_minor)
         .bind(proposal.psp_reference.as_deref())
         .execute(self.writer())
-        .await
-        .map_err(StoreError::from)?;
-        tracing::info!(payment_id = %proposal.payment_id, proposal = %proposal.id,
-            outcome = %proposal.outcome, operator = %proposal.proposed_by, "resolution proposed");
-        Ok(proposal)
+        .await?;
+        Ok(())
     }
 
     /// An attempt success must name the PSP's payment reference: without it
@@ -636,4 +639,22 @@ impl Store {
         .await?;
         rows.iter().map(|row| text(row, "id")).collect()
     }
+}
+
+/// A proposal's own fields that must agree whatever the payment: evidence
+/// of a success only with a success, an amount with a manual refund only.
+fn check_proposal_shape(new: &NewProposal) -> Result<(), ReviewError> {
+    if new.psp_reference.is_some() && !new.outcome.is_success() {
+        return Err(ReviewError::NotApplicable(format!(
+            "psp_reference is evidence of a success; {} carries none",
+            new.outcome.as_str()
+        )));
+    }
+    let manual_refund = new.outcome == ReviewOutcome::ManualRefund;
+    if manual_refund != new.amount_minor.is_some() || new.amount_minor.is_some_and(|a| a <= 0) {
+        return Err(ReviewError::NotApplicable(
+            "a positive amount goes with manual_refund, and only with it".into(),
+        ));
+    }
+    Ok(())
 }

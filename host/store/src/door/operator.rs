@@ -248,35 +248,11 @@ impl Store {
         note: Option<&str>,
     ) -> Result<Approval, StoreError> {
         let proposal = proposal_in(tx, proposal_id).await?;
-        if proposal.status != "proposed" {
-            let same =
-                proposal.status == "applied" && proposal.decided_by.as_deref() == Some(approver_id);
-            return Ok(Approval::Abort(if same {
-                Ok(())
-            } else {
-                Err(ReviewError::AlreadyDecided {
-                    id: proposal.id,
-                    status: proposal.status,
-                })
-            }));
+        if let Some(answer) = undecidable(&proposal, approver_id) {
+            return Ok(Approval::Abort(answer));
         }
-        if proposal.proposed_by == approver_id {
-            return Ok(Approval::Abort(Err(ReviewError::SameOperator)));
-        }
-        // Claim it: the row lock (PostgreSQL) or the write lock (SQLite)
-        // makes a racing approval wait, then find it decided.
         let now = self.now_ms();
-        let claimed = sqlx::query(
-            "UPDATE review_proposals SET decided_by = $2, decided_at = $3, decision_note = $4 \
-             WHERE id = $1 AND status = 'proposed' AND decided_by IS NULL",
-        )
-        .bind(&proposal.id)
-        .bind(approver_id)
-        .bind(now)
-        .bind(note)
-        .execute(&mut *tx)
-        .await?;
-        if claimed.rows_affected() != 1 {
+        if !claim_proposal(tx, &proposal.id, approver_id, note, now).await? {
             return Ok(Approval::Retry);
         }
         let proposer = operator_name_in(tx, &proposal.proposed_by).await?;
@@ -297,155 +273,24 @@ impl Store {
                 table: "review_proposals",
                 detail: format!("unknown outcome {:?}", proposal.outcome),
             })?;
-        let description = format!(
-            "proposal {} ({}, reason code {}) proposed by {proposer}, approved by {approver}: {}",
-            proposal.id, proposal.outcome, proposal.reason_code, proposal.evidence_note
-        );
-        let mut result = serde_json::json!({ "decision": "applied" });
-        let mut version = order.version;
-        if outcome == ReviewOutcome::ManualRefund {
-            let amount = proposal.amount_minor.ok_or_else(|| StoreError::Corrupt {
-                table: "review_proposals",
-                detail: format!("manual refund {} without an amount", proposal.id),
-            })?;
-            let request = RefundRequest {
-                payment_id: order.id.clone(),
-                merchant_id: None,
-                amount: sluice_core::Money {
-                    amount_minor: amount,
-                    currency: order.amount.currency,
-                },
-                reason: Some(format!(
-                    "manual refund, {}: {}",
-                    proposal.reason_code, proposal.evidence_note
-                )),
-                // Minted: the approval is claimed once, in this transaction.
-                idempotency_key: None,
-            };
-            // The normal reservation (the core's refund rule, the one
-            // conditional UPDATE on the amounts), in this transaction. A
-            // refusal rolls everything back: the proposal stays proposed.
-            match self.reserve_refund_in(tx, &request, &provenance).await {
-                Ok(reservation) => {
-                    version = reservation.payment_version;
-                    result = serde_json::json!({
-                        "decision": "applied",
-                        "refund_id": reservation.record.id,
-                        "refund_reference": reservation.record.reference,
-                        "payment_version": reservation.payment_version,
-                        "history_ids": [reservation.history_id],
-                        "outbox_event_ids": [reservation.outbox_event_id],
-                    });
-                }
-                Err(
-                    error @ (StoreError::InsufficientRefundable { .. }
-                    | StoreError::InvalidState { .. }
-                    | StoreError::InvalidRequest(_)),
-                ) => {
-                    return Ok(Approval::Abort(Err(ReviewError::Refused(
-                        error.to_string(),
-                    ))))
-                }
-                Err(error) => return Err(error),
-            }
-        } else if let Some(resolution) = outcome.fulfillment_resolution(&proposal.reason_code) {
-            let resolution = match resolution {
-                Ok(resolution) => resolution,
-                Err(refused) => return Ok(Approval::Abort(Err(refused))),
-            };
-            let input = sluice_core::FulfillmentInput::Operator(resolution);
-            let policy = *self.fulfillment_policy();
-            let applied = match crate::fulfillment::fulfillment_in(
-                tx,
-                &order.id,
-                &input,
-                &provenance,
-                &policy,
-                self.at(now),
-                true,
-            )
-            .await?
-            {
-                Step::Done(applied) => applied,
-                Step::Retry => return Ok(Approval::Retry),
-            };
-            result = serde_json::json!({
-                "decision": applied.decision.label(),
-                "reason": applied.decision.explain(),
-                "aggregate": "fulfillment",
-                "from_state": applied.from_state.as_str(),
-                "to_state": applied.to_state.as_str(),
-                "history_ids": [applied.history_id],
-                "outbox_event_ids": applied.outbox_event_ids,
-            });
-            if let Some(refund) = &applied.compensation_refund {
-                result["refund_id"] = serde_json::json!(refund.id);
-                result["refund_reference"] = serde_json::json!(refund.reference);
-            }
-            if !applied.decision.is_apply() {
-                finish_proposal(tx, &proposal.id, "refused", &result).await?;
-                return Ok(Approval::Commit(Err(ReviewError::Refused(format!(
-                    "{}: {}",
-                    applied.decision.label(),
-                    applied.decision.explain()
-                )))));
-            }
-            version = order_in(tx, &order.id).await?.version;
-            result["payment_version"] = serde_json::json!(version);
-        } else if outcome != ReviewOutcome::Dismiss {
-            let input = operator_event(tx, &proposal, outcome, provenance.clone()).await?;
-            let applied = match in_tx(
-                self.apply_event_once(Door::InTx(tx), &input, None, None)
-                    .await?,
-            )? {
-                Step::Done(applied) => applied,
-                Step::Retry => return Ok(Approval::Retry),
-            };
-            result = serde_json::json!({
-                "decision": applied.decision.as_str(),
-                "reason": applied.reason,
-                "aggregate": applied.aggregate.as_str(),
-                "aggregate_id": applied.aggregate_id,
-                "from_state": applied.from_state,
-                "to_state": applied.to_state,
-                "order_state": applied.order_state.as_str(),
-                "payment_version": applied.payment_version,
-                "history_ids": applied.history_ids,
-                "outbox_event_ids": applied.outbox_event_ids,
-            });
-            if applied.decision != DecisionKind::Applied {
-                // The door recorded the refusal in history; the flag stays.
-                finish_proposal(tx, &proposal.id, "refused", &result).await?;
-                return Ok(Approval::Commit(Err(ReviewError::Refused(format!(
-                    "{}: {}",
-                    applied.decision.as_str(),
-                    applied.reason
-                )))));
-            }
-            version = applied.payment_version;
-        }
+        let resolving = Resolving {
+            proposal: &proposal,
+            order: &order,
+            provenance: &provenance,
+            now,
+        };
+        let (mut result, version) = match self.resolve(tx, &resolving, outcome).await? {
+            Resolved::Applied { result, version } => (result, version),
+            Resolved::Ended(approval) => return Ok(approval),
+        };
         if order.manual_review && ends_review(tx, &order.id, outcome).await? {
-            if !clear_review_flag(tx, &order.id, version, now).await? {
+            let description = format!(
+                "proposal {} ({}, reason code {}) proposed by {proposer}, approved by {approver}: {}",
+                proposal.id, proposal.outcome, proposal.reason_code, proposal.evidence_note
+            );
+            let Some(id) = resolving.clear_review(tx, version, &description).await? else {
                 return Ok(Approval::Retry);
-            }
-            let state = order_in(tx, &order.id).await?.state;
-            let reason = format!("manual review resolved: {description}");
-            let h = NewHistory {
-                payment_id: &order.id,
-                aggregate_type: "order",
-                aggregate_id: &order.id,
-                from_state: Some(state.as_str()),
-                to_state: state.as_str(),
-                from_version: Some(version),
-                to_version: version + 1,
-                event_kind: RESOLVE_KIND,
-                evidence_source: EvidenceSource::Operator.as_str(),
-                decision: DecisionKind::Applied.as_str(),
-                reason: &reason,
-                provenance: Some(&provenance),
-                ..NewHistory::default()
             };
-            let id = history::append(tx, &h, now).await?;
             result["review_cleared_history_id"] = serde_json::json!(id);
         } else if outcome == ReviewOutcome::Dismiss {
             // Checked by `moved_since` (the flag bumps the version), kept for clarity.
@@ -458,6 +303,275 @@ impl Store {
             proposer = %proposer, approver = %approver, "operator resolution applied");
         Ok(Approval::Commit(Ok(())))
     }
+
+    /// What the approved outcome does to the payment, in this transaction.
+    async fn resolve(
+        &self,
+        tx: &mut Conn,
+        r: &Resolving<'_>,
+        outcome: ReviewOutcome,
+    ) -> Result<Resolved, StoreError> {
+        if outcome == ReviewOutcome::ManualRefund {
+            self.approve_manual_refund(tx, r).await
+        } else if let Some(resolution) = outcome.fulfillment_resolution(&r.proposal.reason_code) {
+            match resolution {
+                Ok(resolution) => self.approve_fulfillment(tx, r, resolution).await,
+                Err(refused) => Ok(Resolved::Ended(Approval::Abort(Err(refused)))),
+            }
+        } else if outcome == ReviewOutcome::Dismiss {
+            Ok(Resolved::Applied {
+                result: serde_json::json!({ "decision": "applied" }),
+                version: r.order.version,
+            })
+        } else {
+            self.approve_payment_event(tx, r, outcome).await
+        }
+    }
+
+    /// A manual refund: the normal reservation (the core's refund rule, the
+    /// one conditional UPDATE on the amounts), in this transaction. A refusal
+    /// rolls everything back: the proposal stays proposed.
+    async fn approve_manual_refund(
+        &self,
+        tx: &mut Conn,
+        r: &Resolving<'_>,
+    ) -> Result<Resolved, StoreError> {
+        let proposal = r.proposal;
+        let amount = proposal.amount_minor.ok_or_else(|| StoreError::Corrupt {
+            table: "review_proposals",
+            detail: format!("manual refund {} without an amount", proposal.id),
+        })?;
+        let request = RefundRequest {
+            payment_id: r.order.id.clone(),
+            merchant_id: None,
+            amount: sluice_core::Money {
+                amount_minor: amount,
+                currency: r.order.amount.currency,
+            },
+            reason: Some(format!(
+                "manual refund, {}: {}",
+                proposal.reason_code, proposal.evidence_note
+            )),
+            // Minted: the approval is claimed once, in this transaction.
+            idempotency_key: None,
+        };
+        match self.reserve_refund_in(tx, &request, r.provenance).await {
+            Ok(reservation) => Ok(Resolved::Applied {
+                result: serde_json::json!({
+                    "decision": "applied",
+                    "refund_id": reservation.record.id,
+                    "refund_reference": reservation.record.reference,
+                    "payment_version": reservation.payment_version,
+                    "history_ids": [reservation.history_id],
+                    "outbox_event_ids": [reservation.outbox_event_id],
+                }),
+                version: reservation.payment_version,
+            }),
+            Err(
+                error @ (StoreError::InsufficientRefundable { .. }
+                | StoreError::InvalidState { .. }
+                | StoreError::InvalidRequest(_)),
+            ) => Ok(Resolved::Ended(Approval::Abort(Err(ReviewError::Refused(
+                error.to_string(),
+            ))))),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A fulfillment resolution, through the fulfillment door.
+    async fn approve_fulfillment(
+        &self,
+        tx: &mut Conn,
+        r: &Resolving<'_>,
+        resolution: sluice_core::OperatorResolution,
+    ) -> Result<Resolved, StoreError> {
+        let input = sluice_core::FulfillmentInput::Operator(resolution);
+        let policy = *self.fulfillment_policy();
+        let at = self.at(r.now);
+        let step = crate::fulfillment::fulfillment_in(
+            tx,
+            &r.order.id,
+            &input,
+            r.provenance,
+            &policy,
+            at,
+            true,
+        )
+        .await?;
+        let Step::Done(applied) = step else {
+            return Ok(Resolved::Ended(Approval::Retry));
+        };
+        let mut result = serde_json::json!({
+            "decision": applied.decision.label(),
+            "reason": applied.decision.explain(),
+            "aggregate": "fulfillment",
+            "from_state": applied.from_state.as_str(),
+            "to_state": applied.to_state.as_str(),
+            "history_ids": [applied.history_id],
+            "outbox_event_ids": applied.outbox_event_ids,
+        });
+        if let Some(refund) = &applied.compensation_refund {
+            result["refund_id"] = serde_json::json!(refund.id);
+            result["refund_reference"] = serde_json::json!(refund.reference);
+        }
+        if !applied.decision.is_apply() {
+            let refused = format!(
+                "{}: {}",
+                applied.decision.label(),
+                applied.decision.explain()
+            );
+            return r.refused(tx, &result, refused).await;
+        }
+        let version = order_in(tx, &r.order.id).await?.version;
+        result["payment_version"] = serde_json::json!(version);
+        Ok(Resolved::Applied { result, version })
+    }
+
+    /// An operator event (evidence `operator`) through the payment door.
+    async fn approve_payment_event(
+        &self,
+        tx: &mut Conn,
+        r: &Resolving<'_>,
+        outcome: ReviewOutcome,
+    ) -> Result<Resolved, StoreError> {
+        let input = operator_event(tx, r.proposal, outcome, r.provenance.clone()).await?;
+        let step = in_tx(
+            self.apply_event_once(Door::InTx(tx), &input, None, None)
+                .await?,
+        )?;
+        let Step::Done(applied) = step else {
+            return Ok(Resolved::Ended(Approval::Retry));
+        };
+        let result = serde_json::json!({
+            "decision": applied.decision.as_str(),
+            "reason": applied.reason,
+            "aggregate": applied.aggregate.as_str(),
+            "aggregate_id": applied.aggregate_id,
+            "from_state": applied.from_state,
+            "to_state": applied.to_state,
+            "order_state": applied.order_state.as_str(),
+            "payment_version": applied.payment_version,
+            "history_ids": applied.history_ids,
+            "outbox_event_ids": applied.outbox_event_ids,
+        });
+        if applied.decision != DecisionKind::Applied {
+            // The door recorded the refusal in history; the flag stays.
+            let refused = format!("{}: {}", applied.decision.as_str(), applied.reason);
+            return r.refused(tx, &result, refused).await;
+        }
+        Ok(Resolved::Applied {
+            result,
+            version: applied.payment_version,
+        })
+    }
+}
+
+/// The approval of one proposal, claimed, as its steps see it.
+struct Resolving<'a> {
+    proposal: &'a Proposal,
+    order: &'a PaymentOrder,
+    provenance: &'a Provenance,
+    now: i64,
+}
+
+/// How the approved outcome ended inside the transaction.
+enum Resolved {
+    /// Applied: the proposal's result and the payment's version after it.
+    Applied {
+        result: serde_json::Value,
+        version: i64,
+    },
+    /// Refused, raced or aborted: how the approval ends.
+    Ended(Approval),
+}
+
+impl Resolving<'_> {
+    /// The door refused the outcome: the proposal records it, and the
+    /// refusal commits with it.
+    async fn refused(
+        &self,
+        tx: &mut Conn,
+        result: &serde_json::Value,
+        why: String,
+    ) -> Result<Resolved, StoreError> {
+        finish_proposal(tx, &self.proposal.id, "refused", result).await?;
+        Ok(Resolved::Ended(Approval::Commit(Err(
+            ReviewError::Refused(why),
+        ))))
+    }
+
+    /// Clear the payment's review flag, with its history row. None: the
+    /// payment moved since (a CAS race; the approval is taken again).
+    async fn clear_review(
+        &self,
+        tx: &mut Conn,
+        version: i64,
+        description: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        let order = self.order;
+        if !clear_review_flag(tx, &order.id, version, self.now).await? {
+            return Ok(None);
+        }
+        let state = order_in(tx, &order.id).await?.state;
+        let reason = format!("manual review resolved: {description}");
+        let h = NewHistory {
+            payment_id: &order.id,
+            aggregate_type: "order",
+            aggregate_id: &order.id,
+            from_state: Some(state.as_str()),
+            to_state: state.as_str(),
+            from_version: Some(version),
+            to_version: version + 1,
+            event_kind: RESOLVE_KIND,
+            evidence_source: EvidenceSource::Operator.as_str(),
+            decision: DecisionKind::Applied.as_str(),
+            reason: &reason,
+            provenance: Some(self.provenance),
+            ..NewHistory::default()
+        };
+        Ok(Some(history::append(tx, &h, self.now).await?))
+    }
+}
+
+/// Why the proposal cannot be decided by this approver, if it cannot: it
+/// was decided already (by the same approver: answered as applied), or the
+/// approver proposed it.
+fn undecidable(proposal: &Proposal, approver_id: &str) -> Option<Result<(), ReviewError>> {
+    if proposal.status != "proposed" {
+        let same =
+            proposal.status == "applied" && proposal.decided_by.as_deref() == Some(approver_id);
+        return Some(if same {
+            Ok(())
+        } else {
+            Err(ReviewError::AlreadyDecided {
+                id: proposal.id.clone(),
+                status: proposal.status.clone(),
+            })
+        });
+    }
+    (proposal.proposed_by == approver_id).then_some(Err(ReviewError::SameOperator))
+}
+
+/// Claim the proposal: the row lock (PostgreSQL) or the write lock (SQLite)
+/// makes a racing approval wait, then find it decided. False: it raced.
+async fn claim_proposal(
+    tx: &mut Conn,
+    id: &str,
+    approver_id: &str,
+    note: Option<&str>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let claimed = sqlx::query(
+        "UPDATE review_proposals SET decided_by = $2, decided_at = $3, decision_note = $4 \
+         WHERE id = $1 AND status = 'proposed' AND decided_by IS NULL",
+    )
+    .bind(id)
+    .bind(approver_id)
+    .bind(now)
+    .bind(note)
+    .execute(&mut *tx)
+    .await?;
+    Ok(claimed.rows_affected() == 1)
 }
 
 async fn proposal_in(tx: &mut Conn, id: &str) -> Result<Proposal, StoreError> {
