@@ -146,6 +146,9 @@ dual_test! {
     async fn a_stale_proposal_and_bad_input_are_refused_with_json_errors_and_change_nothing(&gw) {
         let m = gw.merchant("Acme").await;
         let (payment_id, attempt_id) = unknown_payment(gw, &m, "rev-2").await;
+        // Another merchant's open attempt: a proposal on this payment may not resolve it.
+        let other = gw.merchant("Other").await;
+        let (_, other_attempt) = unknown_payment(gw, &other, "rev-2-other").await;
         let alice = operator(gw, "alice").await;
         let bob = operator(gw, "bob").await;
         let proposals = format!("/admin/review/payments/{payment_id}/proposals");
@@ -156,6 +159,7 @@ dual_test! {
             (json!({"outcome": "attempt_failed", "target_id": attempt_id, "reason_code": "", "evidence_note": "y"}), 400, "string_invalid"),
             (json!({"outcome": "attempt_failed", "target_id": attempt_id, "reason_code": "x", "evidence_note": "y", "force": true}), 400, "unknown_parameter"),
             (proposal_body("refund_failed", &attempt_id), 404, "resource_missing"),
+            (proposal_body("attempt_failed", &other_attempt), 404, "resource_missing"),
         ] {
             let reply = as_operator(gw, &alice, &proposals, Some(&body)).await;
             let error = reply.expect_error(status, code);
