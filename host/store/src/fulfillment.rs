@@ -444,6 +444,8 @@ impl Decided<'_> {
         now: i64,
     ) -> Result<i64, StoreError> {
         let reason = self.decision.explain();
+        // Never panics: a derived Serialize of plain fields cannot fail; were it
+        // to, the history row keeps an empty raw input rather than losing the decision.
         let raw_input = serde_json::to_string(self.input).unwrap_or_default();
         let row = NewHistory {
             payment_id: &self.order.id,
